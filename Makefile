@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# Each creates .venv with the machine's python3 when it is absent and installs the
+# project into it (editable, with the dev extras), so a fresh clone needs nothing else.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: test demo lint format bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/broker-spark demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/endpoint.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

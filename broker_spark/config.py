@@ -1,0 +1,159 @@
+"""Endpoint configuration: Broker's ``BrokerOptions`` and ``Configuration``.
+
+Code written for Broker's Python bindings builds ``Configuration(BrokerOptions())``,
+flips a few options and passes the result to ``Endpoint``. We accept the same
+objects with the same attribute names and defaults, plus a handful of
+extensions for the knobs Broker hides (buffer sizes and the overflow policy of
+subscribers), each documented below. Options are validated once, when an
+endpoint is built from them, so a typo fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from typing import Any
+
+__all__ = [
+    "DEFAULT_TTL",
+    "OVERFLOW_POLICIES",
+    "PEER_OVERFLOW_POLICIES",
+    "Backend",
+    "BrokerOptions",
+    "Configuration",
+    "check_overflow_policy",
+]
+
+#: Hops a message may travel; Broker's default.
+DEFAULT_TTL = 16
+
+#: What a full subscriber queue does with the next message.
+#: ``block`` stalls the flow (publishers see zero demand), ``drop_oldest`` and
+#: ``drop_newest`` keep the flow going and count what they dropped.
+OVERFLOW_POLICIES = ("block", "drop_oldest", "drop_newest")
+
+#: Broker's policies for a peer whose send buffer is full.
+PEER_OVERFLOW_POLICIES = ("disconnect", "drop_newest", "drop_oldest")
+
+
+class Backend(enum.IntEnum):
+    """Storage backends of data stores (``broker.Backend``)."""
+
+    Memory = 0
+    SQLite = 1
+
+
+def check_overflow_policy(policy: str) -> str:
+    """Return ``policy`` if it names a subscriber overflow policy, else raise ValueError."""
+    if policy not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow policy must be one of {OVERFLOW_POLICIES}, got {policy!r}")
+    return policy
+
+
+class BrokerOptions:
+    """Broker's ``broker_options``: the switches of one endpoint.
+
+    Broker's own fields: ``disable_ssl``, ``disable_forwarding``, ``ttl``,
+    ``ignore_broker_conf``, ``use_real_time``, ``peer_buffer_size`` and
+    ``peer_overflow_policy``; ``forward`` is the older, inverted name of
+    ``disable_forwarding``.
+
+    Extensions (not in Broker, with defaults that keep Broker's behaviour):
+
+    - ``subscriber_queue_size`` (20): default ``qsize`` of subscribers.
+    - ``subscriber_overflow_policy`` (``"block"``): default overflow policy of
+      subscribers, one of :data:`OVERFLOW_POLICIES`.
+    - ``publisher_buffer_size`` (1024): messages a publisher (and
+      ``Endpoint.publish``) may queue before publishing blocks.
+    - ``status_queue_size`` (1024): statuses kept per status subscriber; the
+      oldest are dropped beyond that, so a status subscriber never stalls anything.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.disable_ssl = False
+        self.disable_forwarding = False
+        self.ttl = DEFAULT_TTL
+        self.ignore_broker_conf = False
+        self.use_real_time = True
+        self.peer_buffer_size = 2048
+        self.peer_overflow_policy = "disconnect"
+        self.subscriber_queue_size = 20
+        self.subscriber_overflow_policy = "block"
+        self.publisher_buffer_size = 1024
+        self.status_queue_size = 1024
+        for name, value in kwargs.items():
+            if name != "forward" and not hasattr(self, name):
+                raise TypeError(f"unknown broker option {name!r}")
+            setattr(self, name, value)
+
+    @property
+    def forward(self) -> bool:
+        """True unless forwarding is disabled (the older name of the option)."""
+        return not self.disable_forwarding
+
+    @forward.setter
+    def forward(self, value: bool) -> None:
+        self.disable_forwarding = not value
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first option with an impossible value."""
+        if type(self.ttl) is not int or not 1 <= self.ttl <= 0xFFFF:
+            raise ValueError(f"ttl must be an integer in [1, 65535], got {self.ttl!r}")
+        for name in (
+            "peer_buffer_size",
+            "subscriber_queue_size",
+            "publisher_buffer_size",
+            "status_queue_size",
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.peer_overflow_policy not in PEER_OVERFLOW_POLICIES:
+            raise ValueError(
+                f"peer_overflow_policy must be one of {PEER_OVERFLOW_POLICIES}, "
+                f"got {self.peer_overflow_policy!r}"
+            )
+        if self.subscriber_overflow_policy not in OVERFLOW_POLICIES:
+            raise ValueError(
+                f"subscriber_overflow_policy must be one of {OVERFLOW_POLICIES}, "
+                f"got {self.subscriber_overflow_policy!r}"
+            )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"BrokerOptions({fields})"
+
+
+class Configuration:
+    """Broker's Python ``Configuration``: options plus the TLS settings.
+
+    With none of the ``openssl_*`` attributes set, TLS is anonymous (encrypted,
+    not authenticated); with any of them set, both sides must present
+    certificates that verify against the CA (see :attr:`authenticated`).
+    """
+
+    def __init__(self, options: BrokerOptions | None = None) -> None:
+        # A copy, so changing the caller's options later does not reach a running endpoint.
+        self.options = copy.copy(options) if options is not None else BrokerOptions()
+        self.openssl_cafile = ""
+        self.openssl_capath = ""
+        self.openssl_certificate = ""
+        self.openssl_key = ""
+        self.openssl_passphrase = ""
+        self.max_threads = 0
+
+    @property
+    def authenticated(self) -> bool:
+        """True when any certificate option is set, which asks for mutual TLS."""
+        return any(
+            (
+                self.openssl_cafile,
+                self.openssl_capath,
+                self.openssl_certificate,
+                self.openssl_key,
+                self.openssl_passphrase,
+            )
+        )
+
+    def __repr__(self) -> str:
+        return f"Configuration({self.options!r}, authenticated={self.authenticated})"

@@ -1,0 +1,1 @@
+"""The asyncio shell around the sans-I/O core."""

@@ -1,0 +1,459 @@
+"""The bounded buffers between the core's loop and everything else.
+
+Two kinds, both bounded so that memory stays flat however fast anyone publishes:
+
+- :class:`Source`: a FIFO *into* the core. Publishers (any thread) append to
+  it; a link's inbound side (another loop) offers batches to it; the core
+  drains it in batches. A full source blocks thread producers, and tells a
+  loop producer (via :meth:`Source.want_room`) to stall until it has room.
+- :class:`SubscriberQueue`: a FIFO *out of* the core towards one subscriber,
+  read by any thread with ``take``. Its overflow policy decides what a full
+  queue does: ``block`` makes the core stall the flow that feeds it,
+  ``drop_oldest``/``drop_newest`` keep the flow moving and count drops.
+
+Waking is done on transitions, not per message: a producer wakes the core
+only when the source was not already scheduled, the core wakes a consumer
+only when its queue turns non-empty, and a consumer wakes a stalled core only
+when its queue has drained to the low-water mark. That is what keeps the hot
+path to an ``append`` and a flag test.
+
+Everything the core does with a destination goes through the small
+:class:`Sink` protocol (``room``, ``want_room``, ``deliver``), shared by
+subscriber queues and links.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from time import monotonic
+from typing import TYPE_CHECKING, Any
+
+from broker_spark.config import check_overflow_policy
+from broker_spark.core.flare import Flare
+from broker_spark.errors import ShutdownError
+
+if TYPE_CHECKING:
+    from broker_spark.core.link import Link
+
+__all__ = ["UNBOUNDED_ROOM", "Sink", "Source", "SubscriberQueue"]
+
+#: The room a destination that never blocks reports.
+UNBOUNDED_ROOM = 1 << 60
+
+
+class Sink:
+    """A destination of the core's routing: bounded, and able to wake the core.
+
+    ``_bid``, ``_room`` and ``_pending`` are scratch fields owned by the core
+    while it routes one batch (see :mod:`broker_spark.core.actor`).
+    """
+
+    __slots__ = ("_bid", "_room", "_pending", "__weakref__")
+
+    def __init__(self) -> None:
+        self._bid = -1
+        self._room = 0
+        self._pending: list = []
+
+    def room(self) -> int:
+        """How many more messages :meth:`deliver` may take without overflowing."""
+        raise NotImplementedError
+
+    def want_room(self) -> None:
+        """Ask to have the core woken when room frees up (called before re-checking)."""
+        raise NotImplementedError
+
+    def deliver(self, msgs: list) -> None:
+        """Take a batch of messages (called on the core's loop)."""
+        raise NotImplementedError
+
+
+class Source:
+    """A bounded FIFO feeding one core.
+
+    ``remote`` sources carry messages that arrived from a peer (or were
+    injected as if they had): they go to local subscribers and may be
+    forwarded. Local sources carry this endpoint's own publications: they go
+    to links only. ``link`` is the peer a remote source belongs to.
+    """
+
+    __slots__ = (
+        "items",
+        "capacity",
+        "remote",
+        "link",
+        "flagged",
+        "stalled",
+        "held",
+        "held_pos",
+        "taken",
+        "closed",
+        "waiting",
+        "on_room",
+        "_schedule",
+        "_cond",
+        "_flare",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        schedule: Callable[[Source], None],
+        capacity: int,
+        *,
+        remote: bool = False,
+        link: Link | None = None,
+    ) -> None:
+        self.items: deque = deque()
+        self.capacity = capacity
+        self.remote = remote
+        self.link = link
+        self.flagged = False  # queued in the core's ready list (set by producers)
+        self.stalled = False  # waiting in the core's stalled list (core only)
+        self.held: list | None = None  # a batch taken but not fully routed (core only)
+        self.held_pos = 0  # where routing resumes in ``held``
+        self.taken = 0  # messages the core has taken, for send rates
+        self.closed = False
+        self.waiting = False  # a producer waits for room
+        self.on_room: Callable[[], None] | None = None  # wakes a loop producer
+        self._schedule = schedule
+        self._cond = threading.Condition(threading.Lock())
+        self._flare: Flare | None = None
+
+    # -- producer side (any thread) ---------------------------------------------
+
+    def put(self, msg: tuple) -> None:
+        """Append one message, blocking while the source is full."""
+        if self._flare is not None:
+            self._put_many_locked([msg])
+            return
+        items = self.items
+        if len(items) >= self.capacity or self.closed:
+            self._wait_room()
+        items.append(msg)
+        if not self.flagged:
+            self.flagged = True
+            self._schedule(self)
+
+    def put_many(self, msgs: list) -> None:
+        """Append messages in order, blocking whenever the source is full."""
+        if self._flare is not None:
+            self._put_many_locked(msgs)
+            return
+        items = self.items
+        start, total, cap = 0, len(msgs), self.capacity
+        while start < total:
+            room = cap - len(items)
+            if room <= 0 or self.closed:
+                self._wait_room()
+                continue
+            stop = min(total, start + room)
+            items.extend(msgs[start:stop] if start or stop < total else msgs)
+            start = stop
+            if not self.flagged:
+                self.flagged = True
+                self._schedule(self)
+
+    def offer(self, msgs: list) -> None:
+        """Append without waiting: for loop producers that checked :meth:`room` first."""
+        if self.closed:
+            return
+        self.items.extend(msgs)
+        if not self.flagged:
+            self.flagged = True
+            self._schedule(self)
+
+    def room(self) -> int:
+        if self.closed:
+            return UNBOUNDED_ROOM  # a closed source swallows messages (they are lost anyway)
+        return self.capacity - len(self.items)
+
+    def want_room(self) -> None:
+        self.waiting = True
+
+    def _wait_room(self) -> None:
+        with self._cond:
+            while True:
+                if self.closed:
+                    raise ShutdownError("publishing on a closed endpoint or publisher")
+                if len(self.items) < self.capacity:
+                    return
+                # Set under the lock before re-checking: the core reads it after
+                # taking, so either it sees the flag or we see the room.
+                self.waiting = True
+                self._cond.wait()
+
+    def _put_many_locked(self, msgs: list) -> None:
+        """The path taken once someone watches :meth:`fd`: keeps the flare exact."""
+        start, total = 0, len(msgs)
+        while start < total:
+            with self._cond:
+                while not self.closed and len(self.items) >= self.capacity:
+                    self.waiting = True
+                    self._cond.wait()
+                if self.closed:
+                    raise ShutdownError("publishing on a closed endpoint or publisher")
+                stop = min(total, start + self.capacity - len(self.items))
+                self.items.extend(msgs[start:stop])
+                start = stop
+                if self._flare is not None and len(self.items) >= self.capacity:
+                    self._flare.extinguish()
+            if not self.flagged:
+                self.flagged = True
+                self._schedule(self)
+
+    def fd(self) -> int:
+        """A descriptor readable while the source has room (a publisher's demand)."""
+        with self._cond:
+            if self._flare is None:
+                self._flare = Flare()
+                self._flare.set(self.closed or len(self.items) < self.capacity)
+            return self._flare.fileno()
+
+    # -- consumer side (the core) -------------------------------------------------
+
+    def take(self, n: int) -> list:
+        items = self.items
+        k = len(items)
+        if k > n:
+            k = n
+        pop = items.popleft
+        out = [pop() for _ in range(k)]
+        self.taken += k
+        if self.waiting:
+            self.waiting = False
+            with self._cond:
+                self._cond.notify_all()
+            if self.on_room is not None:
+                self.on_room()
+        if self._flare is not None and k:
+            with self._cond:
+                self._flare.set(self.closed or len(items) < self.capacity)
+        return out
+
+    def close(self) -> None:
+        """Refuse new messages and release blocked producers (they raise ShutdownError)."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+            if self._flare is not None:
+                self._flare.fire()
+        if self.on_room is not None:
+            self.on_room()
+
+    def release(self) -> None:
+        """Close and free the descriptor (the owner is gone)."""
+        self.close()
+        with self._cond:
+            if self._flare is not None:
+                self._flare.close()
+
+
+class SubscriberQueue(Sink):
+    """The bounded queue between the core and one (status) subscriber.
+
+    The core delivers with :meth:`deliver` on its loop; consumers in any
+    thread :meth:`take`. ``prefixes`` is the subscriber's filter, read by the
+    core only. ``wake_core`` is called (from a consumer thread) when a core
+    stalled on this queue may continue.
+    """
+
+    __slots__ = (
+        "prefixes",
+        "qsize",
+        "policy",
+        "blocking",
+        "safe",
+        "receive_statuses",
+        "dropped",
+        "closed",
+        "core_waiting",
+        "low_water",
+        "items",
+        "wake_core",
+        "_lock",
+        "_cond",
+        "_waiters",
+        "_flare",
+    )
+
+    def __init__(
+        self,
+        prefixes: tuple[str, ...] = (),
+        qsize: int = 20,
+        policy: str = "block",
+        *,
+        safe: bool = False,
+        receive_statuses: bool = False,
+        wake_core: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        if type(qsize) is not int or qsize < 1:
+            raise ValueError(f"qsize must be a positive integer, got {qsize!r}")
+        self.prefixes = prefixes
+        self.qsize = qsize
+        self.policy = check_overflow_policy(policy)
+        self.blocking = policy == "block"
+        self.safe = safe
+        self.receive_statuses = receive_statuses
+        self.dropped = 0
+        self.closed = False
+        self.core_waiting = False
+        self.low_water = qsize // 2
+        self.items: deque = deque(maxlen=qsize) if policy == "drop_oldest" else deque()
+        self.wake_core = wake_core
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiters = 0
+        self._flare: Flare | None = None
+
+    # -- core side ------------------------------------------------------------------
+
+    def room(self) -> int:
+        if self.blocking and not self.closed:
+            return self.qsize - len(self.items)
+        return UNBOUNDED_ROOM
+
+    def want_room(self) -> None:
+        self.core_waiting = True
+
+    def deliver(self, msgs: list) -> None:
+        n = len(msgs)
+        if not n:
+            return
+        with self._lock:
+            if self.closed:
+                return
+            items = self.items
+            was_empty = not items
+            if self.blocking:
+                items.extend(msgs)
+            elif self.policy == "drop_oldest":
+                over = len(items) + n - self.qsize
+                if over > 0:
+                    self.dropped += over
+                items.extend(msgs)  # the deque's maxlen discards the oldest
+            else:
+                free = self.qsize - len(items)
+                if free < n:
+                    self.dropped += n - max(free, 0)
+                    msgs = msgs[: max(free, 0)]
+                items.extend(msgs)
+            if was_empty and items:
+                if self._flare is not None:
+                    self._flare.fire()
+                if self._waiters:
+                    self._cond.notify()
+
+    # -- consumer side ----------------------------------------------------------------
+
+    def _maybe_wake_core(self) -> None:
+        """Wake a core stalled on this queue once it drained to the low-water mark.
+
+        Never called with the lock held: waking writes to the loop's self-pipe,
+        which releases the GIL, and the core must not find this lock taken then.
+        """
+        if self.core_waiting and len(self.items) <= self.low_water:
+            self.core_waiting = False
+            wake = self.wake_core
+            if wake is not None:
+                wake()
+
+    def take(self, n: int, timeout: float | None) -> list:
+        """Remove up to ``n`` items as soon as there is at least one.
+
+        Waits at most ``timeout`` seconds (None: forever) for the first item and
+        returns an empty list on timeout. Returning early lets the caller decode
+        what it got while the core, woken here when the queue drained to its
+        low-water mark, refills the queue. Items already queued are still handed
+        out after shutdown; an empty queue of a closed subscriber raises ShutdownError.
+        """
+        if n <= 0:
+            return []
+        deadline = None
+        while True:
+            with self._lock:
+                items = self.items
+                if items:
+                    if n >= len(items):
+                        out = list(items)
+                        items.clear()
+                        if self._flare is not None:
+                            self._flare.extinguish()
+                    else:
+                        pop = items.popleft
+                        out = [pop() for _ in range(n)]
+                        if self._waiters:
+                            self._cond.notify()  # another consumer may take the rest
+                    break
+                if self.closed:
+                    raise ShutdownError("the subscriber's endpoint is shut down or it was reset")
+                if not self.core_waiting:
+                    # Nothing to wake: sleep until the core delivers (or time runs out).
+                    if timeout is None:
+                        remaining = None
+                    else:
+                        if deadline is None:
+                            deadline = monotonic() + timeout
+                        remaining = deadline - monotonic()
+                        if remaining <= 0:
+                            return []
+                    self._waiters += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._waiters -= 1
+                    continue
+            # The core is stalled on this (empty) queue: wake it outside the lock, then wait.
+            self._maybe_wake_core()
+        self._maybe_wake_core()
+        return out
+
+    def poll(self) -> list:
+        """Everything queued now, without waiting."""
+        with self._lock:
+            out = list(self.items)
+            self.items.clear()
+            if self._flare is not None:
+                self._flare.extinguish()
+        self._maybe_wake_core()
+        return out
+
+    def available(self) -> int:
+        return len(self.items)
+
+    def fd(self) -> int:
+        with self._lock:
+            if self._flare is None:
+                self._flare = Flare()
+                self._flare.set(bool(self.items) or self.closed)
+            return self._flare.fileno()
+
+    def close(self) -> None:
+        """Wake every waiting consumer; once drained, ``take`` raises ShutdownError."""
+        with self._lock:
+            self.closed = True
+            self.core_waiting = False
+            self._cond.notify_all()
+            if self._flare is not None:
+                self._flare.fire()
+
+    def release(self) -> None:
+        """Close, drop what is queued and free the descriptor (the subscriber is gone)."""
+        with self._lock:
+            self.closed = True
+            self.items.clear()
+            self._cond.notify_all()
+            if self._flare is not None:
+                self._flare.close()
+                self._flare = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "queued": len(self.items),
+            "qsize": self.qsize,
+            "policy": self.policy,
+            "dropped": self.dropped,
+        }

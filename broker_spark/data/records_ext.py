@@ -1,0 +1,75 @@
+"""The msgpack extension types of our record format, and the layouts both sides share.
+
+Our compact msgpack format (see :mod:`~broker_spark.data.records`) packs the
+exact builtin types natively and every other Broker type as an extension type
+with one of the codes below. This module holds only what the packer
+(:mod:`~broker_spark.data.records_pack`) and the unpacker
+(:mod:`~broker_spark.data.records_unpack`) must agree on.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from msgpack import ExtType
+
+EXT_COUNT = 1
+EXT_ADDRESS = 2
+EXT_SUBNET = 3
+EXT_PORT = 4
+EXT_TIMESTAMP = 5
+EXT_TIMESPAN = 6
+EXT_ENUM = 7
+EXT_SET = 8
+EXT_FROZENSET = 9
+EXT_FROZEN_TABLE = 10
+
+MAX_NESTING = 64
+"""How deep sets and frozen tables may nest inside each other (packing and unpacking).
+
+Each level is a separate msgpack call, so this bound keeps both the Python
+recursion and the C stack small even for hostile input. Vectors and tables do
+not count: they are native msgpack containers, which the C code bounds by itself.
+"""
+
+TIME = struct.Struct(">qH")
+"""Timestamps and timespans: microseconds, then the nanoseconds beyond them (0..999).
+
+That is the split ``datetime`` already holds, so neither side multiplies or
+divides; Broker's int64 nanoseconds always fit."""
+
+WIDE_TIME_BYTES = 12
+"""Nanoseconds as a signed 12-byte integer, for datetimes and timedeltas beyond int64 microseconds."""
+
+PORT = struct.Struct(">HB")
+U64 = struct.Struct(">Q")
+
+# ExtType's own constructor validates its arguments in Python; ours are valid by
+# construction, and building the namedtuple directly is three times faster.
+new_tuple = tuple.__new__
+
+
+def ext(code: int, data: bytes) -> ExtType:
+    """An ``ExtType`` built without re-validating its (known good) fields."""
+    return new_tuple(ExtType, (code, data))
+
+
+__all__ = [
+    "EXT_ADDRESS",
+    "EXT_COUNT",
+    "EXT_ENUM",
+    "EXT_FROZENSET",
+    "EXT_FROZEN_TABLE",
+    "EXT_PORT",
+    "EXT_SET",
+    "EXT_SUBNET",
+    "EXT_TIMESPAN",
+    "EXT_TIMESTAMP",
+    "MAX_NESTING",
+    "PORT",
+    "TIME",
+    "U64",
+    "WIDE_TIME_BYTES",
+    "ext",
+    "new_tuple",
+]

@@ -1,0 +1,227 @@
+"""``Data``: Broker's variant wrapper, plus conversion to and from Python and rendering.
+
+Broker's Python bindings expose ``broker.Data(x)`` with ``get_type()``,
+``Data.to_py`` and ``str()``. We keep values as plain Python objects (see
+:mod:`broker_spark.data.types`), so ``Data`` is a thin, validating wrapper: it
+normalises its input once (lists become tuples, ranges are checked) and renders
+the way Broker's ``to_string`` does.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from broker_spark.data.types import (
+    INT64_MAX,
+    INT64_MIN,
+    UTC,
+    Count,
+    DataType,
+    Enum,
+    FrozenTable,
+    Port,
+    Timespan,
+    Timestamp,
+    sort_key,
+    sorted_items,
+    sorted_values,
+    timespan_ns,
+    timestamp_ns,
+    type_of,
+)
+
+MAX_DEPTH = 64
+
+
+def from_py(value: Any, *, _depth: int = 0) -> Any:
+    """Validate and normalise a Python value into Broker's mapping.
+
+    Lists become tuples, ``bytearray`` becomes ``bytes``, containers nested in
+    sets or table keys become hashable, and out-of-range numbers raise
+    ``ValueError`` naming the value instead of being wrapped.
+    """
+    if isinstance(value, Data):
+        return value.value
+    tag = type_of(value)
+    unwrap = getattr(value, "_broker_value", None)
+    if unwrap is not None:
+        return from_py(unwrap(), _depth=_depth)
+    if tag >= DataType.Set and _depth >= MAX_DEPTH:
+        raise ValueError(f"value nests more than {MAX_DEPTH} containers")
+    d = _depth + 1
+    if tag is DataType.Integer:
+        if type(value) is not int:
+            value = int(value)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"integer out of int64 range: {value}")
+        return value
+    if tag is DataType.Count:
+        return value if type(value) is Count else Count(value)
+    if tag is DataType.Boolean:
+        return bool(value)
+    if tag is DataType.Real:
+        return float(value)
+    if tag is DataType.String:
+        if isinstance(value, (bytearray, memoryview)):
+            return bytes(value)
+        return value
+    if tag is DataType.Timestamp:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+    if tag is DataType.Timespan:
+        return value
+    if tag is DataType.Set:
+        return {_hashable(from_py(v, _depth=d)) for v in value}
+    if tag is DataType.Table:
+        return {_hashable(from_py(k, _depth=d)): from_py(v, _depth=d) for k, v in value.items()}
+    if tag is DataType.Vector:
+        return tuple(from_py(v, _depth=d) for v in value)
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    """The hashable twin of a value that must live in a set or be a table key."""
+    if isinstance(value, set):
+        return frozenset(value)
+    if isinstance(value, dict):
+        return FrozenTable(value)
+    if isinstance(value, tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def freeze(value: Any) -> Any:
+    """An immutable, hashable copy: sets become frozensets, tables read-only mappings."""
+    if isinstance(value, (set, frozenset)):
+        return frozenset(freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return FrozenTable({freeze(k): freeze(v) for k, v in value.items()})
+    if isinstance(value, (tuple, list)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def _render_real(x: float) -> str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.6f}"
+
+
+def render_timestamp(value: _dt.datetime) -> str:
+    """ISO 8601 in UTC with milliseconds, as Broker and Zeek's JSON API print timestamps."""
+    ns = timestamp_ns(value)
+    ts = Timestamp.from_ns(ns - ns % 1_000_000)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}"
+
+
+def render(value: Any) -> str:
+    """Render a value the way Broker's ``to_string`` does."""
+    tag = type_of(value)
+    if tag is DataType.None_:
+        return "nil"
+    if tag is DataType.Boolean:
+        return "T" if value else "F"
+    if tag is DataType.Real:
+        return _render_real(value)
+    if tag is DataType.String:
+        if isinstance(value, str):
+            return value
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    if tag in (DataType.Count, DataType.Integer):
+        return int.__repr__(int(value))
+    if tag is DataType.Timespan:
+        return f"{timespan_ns(value)}ns"
+    if tag is DataType.Timestamp:
+        return render_timestamp(value)
+    if tag is DataType.Set:
+        return "{" + ", ".join(render(v) for v in sorted_values(value)) + "}"
+    if tag is DataType.Table:
+        return "{" + ", ".join(f"{render(k)} -> {render(v)}" for k, v in sorted_items(value)) + "}"
+    if tag is DataType.Vector:
+        return "(" + ", ".join(render(v) for v in value) + ")"
+    if tag is DataType.Subnet:
+        return f"{value.network_address}/{value.prefixlen}"
+    return str(value)
+
+
+class _TypeNamespace:
+    """``Data.Type``: the members Broker's Python bindings name."""
+
+    None_ = DataType.None_
+    Boolean = DataType.Boolean
+    Count = DataType.Count
+    Integer = DataType.Integer
+    Real = DataType.Real
+    String = DataType.String
+    Address = DataType.Address
+    Subnet = DataType.Subnet
+    Port = DataType.Port
+    Timestamp = DataType.Timestamp
+    Timespan = DataType.Timespan
+    EnumValue = DataType.EnumValue
+    Set = DataType.Set
+    Table = DataType.Table
+    Vector = DataType.Vector
+
+
+class Data:
+    """A Broker value: wraps a Python value after validating it."""
+
+    __slots__ = ("value",)
+
+    Type = _TypeNamespace
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = from_py(value)
+
+    def get_type(self) -> DataType:
+        return type_of(self.value)
+
+    @staticmethod
+    def from_py(value: Any) -> Data:
+        return value if isinstance(value, Data) else Data(value)
+
+    @staticmethod
+    def to_py(data: Any) -> Any:
+        return data.value if isinstance(data, Data) else from_py(data)
+
+    def _broker_value(self) -> Any:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Data):
+            return sort_key(self.value) == sort_key(other.value)
+        return NotImplemented
+
+    def __lt__(self, other: Data) -> bool:
+        return sort_key(self.value) < sort_key(other.value)
+
+    def __hash__(self) -> int:
+        return hash(sort_key(self.value))
+
+    def __str__(self) -> str:
+        return render(self.value)
+
+    def __repr__(self) -> str:
+        return f"Data({self.value!r})"
+
+
+__all__ = [
+    "Count",
+    "Data",
+    "DataType",
+    "Enum",
+    "FrozenTable",
+    "Port",
+    "Timespan",
+    "Timestamp",
+    "freeze",
+    "from_py",
+    "render",
+]

@@ -1,0 +1,214 @@
+"""``Endpoint``: the public, thread-safe facade of Broker's Python API.
+
+An endpoint owns one core (:mod:`broker_spark.core.actor`) running on one
+asyncio loop in one daemon thread. Every method here may be called from any
+thread: hot paths (``publish``) encode in the caller's thread and append to a
+bounded queue the core drains in batches; control operations run on the loop
+and wait for it.
+
+``shutdown()`` (also on ``with`` exit, on garbage collection and at
+interpreter exit) closes links, wakes every subscriber blocked in ``get()``
+with :class:`~broker_spark.errors.ShutdownError`, releases publishers blocked
+on a full queue, stops the loop and joins its thread within about a second.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+import weakref
+from typing import Any
+
+from broker_spark.config import BrokerOptions, Configuration
+from broker_spark.core.actor import Core
+from broker_spark.core.loop_thread import LoopThread
+from broker_spark.core.message import DATA
+from broker_spark.core.queues import SubscriberQueue
+from broker_spark.data.binary import encode
+from broker_spark.publisher import Publisher
+from broker_spark.status import PeerInfo, PeerStatus
+from broker_spark.subscriber import StatusSubscriber, Subscriber, topic_list
+from broker_spark.topic import Topic, as_topic_str
+
+__all__ = ["Endpoint"]
+
+#: What ``await_peer`` waits without a timeout (Broker's default).
+AWAIT_PEER_TIMEOUT = 10.0
+
+#: Seconds ``shutdown`` gives the loop to close everything, and then its thread to end.
+SHUTDOWN_TIMEOUT = 0.5
+
+
+def _shutdown(core: Core, loop_thread: LoopThread) -> None:
+    """Close the core on its loop, then stop the loop; never raises, never hangs long."""
+    try:
+        loop_thread.run_sync(core.close, timeout=SHUTDOWN_TIMEOUT)
+    except Exception:
+        # The loop is gone or wedged: release the thread-safe parts from here.
+        core.close_from_outside()
+    loop_thread.stop(SHUTDOWN_TIMEOUT)
+
+
+class Endpoint:
+    """A Broker endpoint: publishes, subscribes, peers (``import broker_spark as broker``)."""
+
+    def __init__(self, config: Configuration | BrokerOptions | None = None) -> None:
+        if config is None:
+            config = Configuration()
+        elif isinstance(config, BrokerOptions):
+            config = Configuration(config)
+        elif not isinstance(config, Configuration):
+            raise TypeError(f"expected a Configuration, got {type(config).__name__}")
+        options = config.options
+        options.validate()
+        self._config = config
+        self._options = options
+        node = uuid.uuid4()
+        self._node_str = str(node)
+        self._node_id = node.bytes
+        self._ttl = options.ttl
+        self._loop = LoopThread(name=f"broker-spark-{self._node_str[:8]}")
+        self._core = Core(self._node_id, options, self._loop)
+        self._publish_src = self._core.make_source(options.publisher_buffer_size)
+        # Runs on shutdown(), on garbage collection and at interpreter exit.
+        self._finalizer = weakref.finalize(self, _shutdown, self._core, self._loop)
+
+    # -- identity -------------------------------------------------------------------
+
+    def node_id(self) -> str:
+        """This endpoint's id: a random UUID string."""
+        return self._node_str
+
+    @property
+    def config(self) -> Configuration:
+        return self._config
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, topic: Any, data: Any) -> None:
+        """Publish ``data`` on ``topic`` to peers; blocks while the publish queue is full."""
+        if type(topic) is not str:
+            topic = as_topic_str(topic)
+        self._publish_src.put((topic, encode(data), DATA, self._ttl, self._node_id))
+
+    def publish_batch(self, *batch: Any) -> None:
+        """Publish each ``(topic, data)`` pair, in order."""
+        ttl, sender = self._ttl, self._node_id
+        self._publish_src.put_many(
+            [
+                (t if type(t) is str else as_topic_str(t), encode(d), DATA, ttl, sender)
+                for t, d in batch
+            ]
+        )
+
+    def make_publisher(self, topic: Any) -> Publisher:
+        return Publisher(self._core, topic, owner=self)
+
+    # -- subscribing ---------------------------------------------------------------------
+
+    def make_subscriber(
+        self, topics: Any, qsize: int | None = None, overflow: str | None = None
+    ) -> Subscriber:
+        """A subscriber to every prefix in ``topics`` (one topic or an iterable).
+
+        ``qsize`` defaults to 20 (``subscriber_queue_size``); ``overflow`` to
+        ``"block"`` (``subscriber_overflow_policy``), see :class:`Subscriber`.
+        """
+        return self._subscribe(topics, qsize, overflow, safe=False)
+
+    def make_safe_subscriber(
+        self, topics: Any, qsize: int | None = None, overflow: str | None = None
+    ) -> Subscriber:
+        """Like :meth:`make_subscriber`, returning immutable, hashable values."""
+        return self._subscribe(topics, qsize, overflow, safe=True)
+
+    def _subscribe(
+        self, topics: Any, qsize: int | None, overflow: str | None, safe: bool
+    ) -> Subscriber:
+        opts = self._options
+        prefixes = tuple(dict.fromkeys(topic_list(topics)))
+        queue = SubscriberQueue(
+            prefixes,
+            opts.subscriber_queue_size if qsize is None else qsize,
+            opts.subscriber_overflow_policy if overflow is None else overflow,
+            safe=safe,
+        )
+        self._loop.run_sync(self._core.add_subscriber, queue)
+        return Subscriber(self._core, queue, safe, owner=self)
+
+    def make_status_subscriber(self, receive_statuses: bool = False) -> StatusSubscriber:
+        """Errors always; statuses (peer added, removed, ...) only with ``receive_statuses``."""
+        queue = SubscriberQueue(
+            (), self._options.status_queue_size, "drop_oldest", receive_statuses=receive_statuses
+        )
+        self._loop.run_sync(self._core.add_status_subscriber, queue)
+        return StatusSubscriber(self._core, queue, owner=self)
+
+    def forward(self, topics: Any) -> None:
+        """Add ``topics`` to this endpoint's filter without a local subscriber."""
+        self._loop.run_sync(self._core.add_forward, topic_list(topics))
+
+    # -- peers ------------------------------------------------------------------------------
+
+    def peers(self) -> list[PeerInfo]:
+        core = self._core
+
+        def snapshot() -> list[PeerInfo]:
+            return [PeerInfo(x.info(), x.flags, PeerStatus.Peered) for x in core.links.values()]
+
+        return self._loop.run_sync(snapshot)
+
+    def peer_subscriptions(self) -> list[Topic]:
+        """The union of the filters our peers announced."""
+        prefixes: set[str] = set()
+        for filt in self._core.peer_filters().values():
+            prefixes.update(filt)
+        return [Topic(p) for p in sorted(prefixes)]
+
+    def await_peer(self, node_id: str, timeout: float | _dt.timedelta | None = None) -> bool:
+        """Block until ``node_id`` is a peer whose filter we know; False on timeout."""
+        if isinstance(timeout, _dt.timedelta):
+            timeout = timeout.total_seconds()
+        node = str(node_id)
+        core = self._core
+        return core.wait_until(
+            lambda: node in core.peer_filters(),
+            AWAIT_PEER_TIMEOUT if timeout is None else timeout,
+        )
+
+    def listen(self, address: str = "", port: int = 0) -> int:
+        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+
+    def peer(self, address: str, port: int, retry: float = 10.0) -> bool:
+        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+
+    def peer_nosync(self, address: str, port: int, retry: float = 10.0) -> None:
+        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+
+    def unpeer(self, address: str, port: int) -> bool:
+        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+
+    def attach_master(self, name: str, backend: Any = None, opts: Any = None) -> Any:
+        raise NotImplementedError("data stores are not available yet (the stores issue)")
+
+    def attach_clone(self, name: str) -> Any:
+        raise NotImplementedError("data stores are not available yet (the stores issue)")
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Close everything, wake blocked callers and join the loop thread (idempotent)."""
+        self._finalizer()
+
+    @property
+    def is_shutdown(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return self._node_str

@@ -1,0 +1,1 @@
+"""The Spark data source ``broker``: spool, offsets, options and schemas it stands on."""

@@ -1,0 +1,443 @@
+"""The spool: a durable, append-only log of received messages with dense offsets.
+
+Spark's source protocol needs offsets it can checkpoint and ranges it can read
+again after a restart with the same result, and Spark commits late (one
+trigger behind, and never for the last batch before a stop). So every message
+the driver's endpoint receives is appended here, numbered densely from 0, and
+kept by size or age, never dropped on commit.
+
+Layout (one directory, like a Kafka partition): segments named by their base
+offset, each a ``.log`` of records (payloads kept as the Broker binary they
+arrived in, never re-encoded) with a sparse ``.index`` (see
+:mod:`broker_spark.spark.segment`); the last one is active, and a new one
+starts when it would grow past ``segment_bytes``. A ``.lock`` file holds an
+advisory ``flock`` that keeps a second writer out.
+
+Crash safety: records are written with plain appends (``fsync`` optional), so
+after a crash only the tail of the active segment can be torn. Reopening scans
+the active segment from its last index entry and truncates at the first
+incomplete or malformed record; sealed segments are never rewritten.
+
+Threads: one writer (the endpoint's subscriber pump) and readers (Spark's
+driver thread) share one lock. Files are read with ``pread``, sealed segments
+through a descriptor opened for the call, so no file position is shared and
+retention can delete a segment at any time between calls. A read-only view
+(``readonly=True``) lets another process (an executor that sees the same
+storage) read ranges while the writer keeps appending.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from broker_spark.data.records import Record, pack_records, unpack_records
+from broker_spark.errors import EC, DecodeError, EncodeError
+from broker_spark.spark.segment import (
+    DataLossError,
+    Segment,
+    SpoolCorruptError,
+    SpoolError,
+    fsync_dir,
+)
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no cross-process writer lock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "DEFAULT_INDEX_INTERVAL",
+    "DEFAULT_SEGMENT_BYTES",
+    "DataLossError",
+    "OffsetRangeError",
+    "Spool",
+    "SpoolCorruptError",
+    "SpoolError",
+    "SpoolLockedError",
+    "read_packed_range",
+]
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL = 128
+LOCK_NAME = ".lock"
+
+_LOG_NAME = re.compile(r"([0-9]{20})\.log\Z")
+
+
+class SpoolLockedError(SpoolError):
+    """Another writer holds the spool directory."""
+
+    code = EC.CannotOpenFile
+
+
+class OffsetRangeError(SpoolError, ValueError):
+    """A range that is reversed, negative, or beyond the spool's end."""
+
+    code = EC.InvalidData
+
+
+class _Part:
+    """What one append writes into one segment: packed records and index entries."""
+
+    __slots__ = ("chunks", "count", "entries", "last_ns", "roll")
+
+    def __init__(self, roll: bool) -> None:
+        self.roll = roll  # start a new segment first
+        self.chunks: list[bytes] = []
+        self.entries: list[int] = []  # offset, position, offset, position, ...
+        self.count = 0
+        self.last_ns = 0
+
+
+class Spool:
+    """A durable append-only log of ``(topic, payload, sender, received_at_ns)`` records.
+
+    Offsets are dense from 0 and survive reopening. ``segment_bytes`` bounds a
+    segment (only a single record larger than that makes a larger segment).
+    ``retention_bytes``/``retention_ms`` say what :meth:`enforce_retention` drops:
+    whole sealed segments, oldest first, while the spool is over the size or the
+    segment's last record is older than the limit. ``fsync`` syncs every batch
+    (and directory changes) to disk. ``readonly`` opens a view for another
+    process: no lock, no writes, no repairs.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
+        fsync: bool = False,
+        *,
+        index_interval: int = DEFAULT_INDEX_INTERVAL,
+        readonly: bool = False,
+    ) -> None:
+        for name, value in (
+            ("segment_bytes", segment_bytes),
+            ("retention_bytes", retention_bytes),
+            ("retention_ms", retention_ms),
+            ("index_interval", index_interval),
+        ):
+            if value is None and name.startswith("retention"):
+                continue
+            if type(value) is not int or value < 1:
+                raise SpoolError(f"{name} must be a positive integer, got {value!r}")
+        self.path = os.fspath(path)
+        self.segment_bytes = segment_bytes
+        self.retention_bytes = retention_bytes
+        self.retention_ms = retention_ms
+        self.fsync = fsync
+        self.index_interval = index_interval
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._end = 0
+        self._total = 0
+        self._lock_fd = -1
+        self._closed = False
+        if not readonly:
+            os.makedirs(self.path, exist_ok=True)
+            self._take_lock()
+        try:
+            self._load()
+        except BaseException:
+            self._release()
+            raise
+
+    # --- opening ---------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        if fcntl is None:  # pragma: no cover
+            return
+        fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise SpoolLockedError(f"spool {self.path} is in use by another writer") from None
+        self._lock_fd = fd
+
+    def _segment(self, base: int) -> Segment:
+        return Segment(
+            self.path,
+            base,
+            interval=self.index_interval,
+            fsync=self.fsync,
+            readonly=self.readonly,
+        )
+
+    def _load(self) -> None:
+        """List the segments; recover the last one, the active one."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            if self.readonly:
+                raise SpoolError(f"no spool at {self.path}") from None
+            raise
+        segments = []
+        for base in sorted(int(m.group(1)) for m in map(_LOG_NAME.match, names) if m):
+            seg = self._segment(base)
+            try:
+                seg.stat()
+            except FileNotFoundError:  # a read-only view racing the writer's retention
+                continue
+            segments.append(seg)
+        for seg, nxt in zip(segments, segments[1:], strict=False):
+            seg.end = nxt.base
+        if segments:
+            segments[-1].recover()
+        elif not self.readonly:
+            segments.append(self._new_segment(0))
+        self._segments = segments
+        self._bases = [s.base for s in segments]
+        self._end = segments[-1].end if segments else 0
+        self._total = sum(s.size for s in segments)
+
+    def _new_segment(self, base: int) -> Segment:
+        return Segment.create(self.path, base, interval=self.index_interval, fsync=self.fsync)
+
+    # --- writing ---------------------------------------------------------------------
+
+    def append_batch(self, records: Iterable[Sequence[Any]]) -> int:
+        """Append ``(topic, payload, sender, received_at_ns)`` records; return the last offset.
+
+        The batch is packed (and validated) before anything is written, so a bad
+        record raises :class:`EncodeError` and leaves the spool unchanged. An
+        empty batch returns ``end_offset() - 1``.
+        """
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        with self._lock:
+            self._check_writable()
+            if batch:
+                for part in self._plan(batch):
+                    self._commit(part)
+                if self.fsync:
+                    self._segments[-1].sync()
+            return self._end - 1
+
+    def _plan(self, batch: Sequence[Sequence[Any]]) -> list[_Part]:
+        """Pack the batch in index-aligned chunks and decide where segments roll.
+
+        Nothing is written here, so a record that cannot be packed leaves the
+        spool as it was. Index entries fall on ``base + k * index_interval``
+        of each segment, which is also where a rebuild from the log puts them.
+        """
+        active = self._segments[-1]
+        size, since, nxt = active.size, active.since, self._end
+        step, limit = self.index_interval, self.segment_bytes
+        plan: list[_Part] = []
+        part = _Part(roll=False)
+        i, n = 0, len(batch)
+        while i < n:
+            due = since >= step or size == 0
+            take = min(n - i, step if due else step - since)
+            data = _pack_chunk(batch, i, take, nxt)
+            while size + len(data) > limit and take > 1:  # near the end of a segment: fewer
+                take = max(1, min(take - 1, take * (limit - size) // len(data)))
+                data = _pack_chunk(batch, i, take, nxt)
+            if size > 0 and size + len(data) > limit:
+                if part.count:
+                    plan.append(part)
+                part = _Part(roll=True)
+                size = since = 0
+                due = True
+            if due:
+                part.entries += (nxt, size)
+                since = 0
+            part.chunks.append(data)
+            part.count += take
+            part.last_ns = batch[i + take - 1][3]
+            size += len(data)
+            since += take
+            nxt += take
+            i += take
+        plan.append(part)
+        return plan
+
+    def _commit(self, part: _Part) -> None:
+        if part.roll:
+            self._segments[-1].seal()
+            seg = self._new_segment(self._end)
+            self._segments.append(seg)
+            self._bases.append(seg.base)
+        seg = self._segments[-1]
+        size = seg.size
+        seg.append(b"".join(part.chunks), part.entries, part.count, part.last_ns)
+        self._total += seg.size - size
+        self._end = seg.end
+
+    # --- retention -------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Drop whole sealed segments beyond the size or age limits; return the new start offset.
+
+        Oldest first, and only while the oldest is over a limit: the spool is
+        over ``retention_bytes`` in total, or the segment's last record was
+        received more than ``retention_ms`` before ``now_ms``. The active
+        segment is never dropped.
+        """
+        with self._lock:
+            self._check_writable()
+            dropped = False
+            while len(self._segments) > 1:
+                seg = self._segments[0]
+                over_size = self.retention_bytes is not None and self._total > self.retention_bytes
+                if not over_size and not self._too_old(seg, now_ms):
+                    break
+                self._segments.pop(0)
+                self._bases.pop(0)
+                self._total -= seg.size
+                seg.delete()
+                dropped = True
+            if dropped and self.fsync:
+                fsync_dir(self.path)
+            return self._segments[0].base
+
+    def _too_old(self, seg: Segment, now_ms: int) -> bool:
+        if self.retention_ms is None:
+            return False
+        last_ns = seg.last_received_ns()
+        return last_ns is None or last_ns // 1_000_000 < now_ms - self.retention_ms
+
+    # --- reading ---------------------------------------------------------------------
+
+    def start_offset(self) -> int:
+        """The earliest offset still held (equal to :meth:`end_offset` when empty)."""
+        with self._lock:
+            return self._segments[0].base if self._segments else self._end
+
+    def end_offset(self) -> int:
+        """The next offset to be written: one past the last record."""
+        with self._lock:
+            return self._end
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of complete records held in all segments."""
+        with self._lock:
+            return self._total
+
+    def read_packed(self, start: int, end: int) -> bytes:
+        """The raw record stream of offsets ``start`` to ``end - 1`` (see :mod:`records`).
+
+        The same range always gives the same bytes. Raises :class:`DataLossError`
+        when part of the range was dropped and :class:`OffsetRangeError` when the
+        range is reversed or reaches past :meth:`end_offset`.
+        """
+        with self._lock:
+            if self._closed:
+                raise SpoolError(f"spool {self.path} is closed")
+            if self.readonly and isinstance(end, int) and end > self._end:
+                self._reload()
+            self._check_range(start, end)
+            if start == end:
+                return b""
+            parts = []
+            i = bisect.bisect_right(self._bases, start) - 1
+            offset = start
+            while offset < end:
+                seg = self._segments[i]
+                upto = min(seg.end, end)
+                parts.append(seg.read(offset, upto))
+                offset = upto
+                i += 1
+        return b"".join(parts)
+
+    def read(self, start: int, end: int) -> list[Record]:
+        """The records of offsets ``start`` to ``end - 1``, each with its offset."""
+        packed = self.read_packed(start, end)
+        try:
+            records = list(unpack_records(packed))
+        except DecodeError as exc:
+            raise SpoolCorruptError(f"spool {self.path}, offsets {start}-{end}: {exc}") from None
+        if len(records) != end - start or (
+            records and (records[0].offset != start or records[-1].offset != end - 1)
+        ):
+            raise SpoolCorruptError(
+                f"spool {self.path}: range {start}-{end} does not hold dense records"
+            )
+        return records
+
+    def iter_records(self, start: int, end: int, chunk: int = 65536) -> Iterator[Record]:
+        """Like :meth:`read`, a chunk of records at a time, for ranges too big to hold at once."""
+        for lo in range(start, end, chunk):
+            yield from self.read(lo, min(lo + chunk, end))
+
+    def _check_range(self, start: int, end: int) -> None:
+        if type(start) is not int or type(end) is not int:
+            raise OffsetRangeError(f"offsets must be integers, got {start!r} and {end!r}")
+        if start < 0 or end < start:
+            raise OffsetRangeError(f"bad offset range {start} to {end}")
+        if end > self._end:
+            raise OffsetRangeError(f"range {start} to {end} reaches past the end {self._end}")
+        earliest = self._segments[0].base if self._segments else self._end
+        if start < earliest and start != end:
+            raise DataLossError(start, end, earliest)
+
+    def _reload(self) -> None:
+        """Read-only views: look at the directory again (the writer moved on)."""
+        self._load()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise SpoolError(f"spool {self.path} is closed")
+        if self.readonly:
+            raise SpoolError(f"spool {self.path} was opened read-only")
+
+    def _release(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = -1
+
+    def close(self) -> None:
+        """Flush (with ``fsync``, sync) and close; later calls raise :class:`SpoolError`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self.fsync and self._segments:
+                self._segments[-1].sync()
+            self._release()
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Spool({self.path!r}, offsets {self._bases[:1] or [self._end]}..{self._end})"
+
+
+def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -> bytes:
+    """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``."""
+    try:
+        rows = [
+            (topic, payload, sender, received_at, offset)
+            for offset, (topic, payload, sender, received_at) in zip(
+                itertools.count(first), batch[i : i + take]
+            )
+        ]
+    except (TypeError, ValueError):
+        raise EncodeError(
+            f"records {i} to {i + take - 1} of the batch are not all "
+            "(topic, payload, sender, received_at_ns) tuples"
+        ) from None
+    return pack_records(rows)
+
+
+def read_packed_range(path: str | os.PathLike[str], start: int, end: int) -> bytes:
+    """Read one range from a spool directory another process writes (an executor's view)."""
+    with Spool(path, readonly=True) as spool:
+        return spool.read_packed(start, end)

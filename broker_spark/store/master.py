@@ -1,0 +1,371 @@
+"""A store master as a sans-I/O state machine.
+
+The master owns the data (in a backend), applies every write, and replicates
+the result to clones over one channel producer; each writer (a clone that
+forwards writes) reaches it over a channel of its own, for which the master
+keeps a consumer. Nothing here touches sockets or clocks: feed commands that
+arrived on ``<name>/<$>/data/master`` to :meth:`MasterState.receive`, call
+:meth:`MasterState.tick` every channel tick (100 ms in Broker), and send what
+:meth:`MasterState.outgoing` returns; :meth:`MasterState.events` yields the
+store events to publish.
+
+Time: ``now`` is integer nanoseconds since the epoch (the endpoint's clock),
+passed to every call that can write; expiries are timespans in nanoseconds.
+
+What clones see is Broker's protocol: ``add``, ``subtract`` and ``put_unique``
+are applied here and broadcast as plain ``put`` commands (plus a
+``put_unique_result`` for the asker), so clones only ever apply put, erase,
+expire and clear. Expiry runs here only: :meth:`tick` removes due keys and
+broadcasts ``expire``; a later write of the key replaces or cancels its expiry.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+from broker_spark.data.binary import encode
+from broker_spark.errors import ProtocolError, StoreError
+from broker_spark.protocol import channel as ch
+from broker_spark.store.backends import StoreBackend
+from broker_spark.store.commands import (
+    ACTIONS,
+    NIL,
+    AckCloneCommand,
+    Action,
+    AddCommand,
+    AttachWriterCommand,
+    ClearCommand,
+    CumulativeAckCommand,
+    EntityId,
+    EraseCommand,
+    ExpireCommand,
+    InternalCommand,
+    KeepaliveCommand,
+    NackCommand,
+    PutCommand,
+    PutUniqueCommand,
+    PutUniqueResultCommand,
+    RetransmitFailedCommand,
+    SubtractCommand,
+    clone_topic,
+    master_topic,
+    with_publisher,
+)
+from broker_spark.store.events import StoreEvent
+from broker_spark.store.ops import MISSING, add_value, index_value, subtract_value
+
+__all__ = ["MasterState"]
+
+
+class MasterState:
+    """One store master: data, expiries, clones (a producer) and writers (consumers)."""
+
+    def __init__(
+        self,
+        name: str,
+        backend: StoreBackend,
+        entity: EntityId,
+        now: int,
+        *,
+        heartbeat_interval: int = ch.DEFAULT_HEARTBEAT_INTERVAL,
+        nack_timeout: int = ch.DEFAULT_NACK_TIMEOUT,
+        connection_timeout: int = ch.DEFAULT_CONNECTION_TIMEOUT,
+        buffer_capacity: int = ch.DEFAULT_BUFFER_CAPACITY,
+    ) -> None:
+        self.name = name
+        self.backend = backend
+        self.entity = entity
+        self.topic = master_topic(name)  # where we listen
+        self.clones_topic = clone_topic(name)  # where we send
+        self._now = now
+        self._nack_timeout = nack_timeout
+        self._connection_timeout = connection_timeout
+        self._producer: ch.Producer[EntityId] = ch.Producer(
+            heartbeat_interval=heartbeat_interval,
+            connection_timeout=connection_timeout,
+            buffer_capacity=buffer_capacity,
+            snapshot=backend.snapshot,
+        )
+        self._inputs: dict[EntityId, ch.Consumer[EntityId]] = {}
+        self._expiry: dict[bytes, tuple[int, Any]] = {}  # encoded key -> (due, key)
+        self._heap: list[tuple[int, bytes]] = []  # lazily pruned (due, encoded key)
+        self._out: list[tuple[str, InternalCommand]] = []
+        self._events: list[StoreEvent] = []
+        self._errors: list[tuple[EntityId, StoreError]] = []
+        self._req_id = 0
+        self.dropped = 0  # commands ignored: unknown writer, malformed for the channel
+        for key, due in backend.expiries():
+            self._set_expiry(key, due)
+
+    # -- the outside world ---------------------------------------------------------
+
+    def receive(self, cmd: InternalCommand, now: int) -> None:
+        """Handle one command; see :meth:`receive_batch`."""
+        self.receive_batch((cmd,), now)
+
+    def receive_batch(self, cmds: Iterable[InternalCommand], now: int) -> None:
+        """Handle commands that arrived together (cheaper than one by one)."""
+        self._now = now
+        for cmd in cmds:
+            self._receive_one(cmd)
+        self._pump()
+
+    def _receive_one(self, cmd: InternalCommand) -> None:
+        """Handle a command from a clone or writer (topic ``<name>/<$>/data/master``)."""
+        c = cmd.content
+        sender = cmd.sender
+        try:
+            if isinstance(c, ACTIONS):
+                self._to_input(sender, ch.Event(cmd.seq, c))
+            elif isinstance(c, AttachWriterCommand):
+                if sender not in self._inputs:
+                    self._inputs[sender] = ch.Consumer(
+                        sender,
+                        nack_timeout=self._nack_timeout,
+                        connection_timeout=self._connection_timeout,
+                    )
+                self._inputs[sender].receive(ch.Handshake(c.offset + 1, c.heartbeat_interval))
+            elif isinstance(c, KeepaliveCommand):
+                self._to_input(sender, ch.Heartbeat(c.seq))
+            elif isinstance(c, RetransmitFailedCommand):
+                self._to_input(sender, ch.RetransmitFailed(c.seq))
+            elif isinstance(c, CumulativeAckCommand):
+                self._to_producer(cmd, ch.CumulativeAck(c.seq))
+            elif isinstance(c, NackCommand):
+                self._to_producer(cmd, ch.Nack(c.seqs))
+            else:
+                self.dropped += 1
+        except ProtocolError:
+            self.dropped += 1
+
+    def tick(self, now: int) -> None:
+        """One channel tick: heartbeats, retransmission timers, expiries, a commit."""
+        self._now = now
+        self._producer.tick()
+        for consumer in list(self._inputs.values()):
+            consumer.tick()
+        self._expire_due(now)
+        self._pump()
+        self.backend.flush()
+
+    def outgoing(self) -> list[tuple[str, InternalCommand]]:
+        """Commands to send, as (topic, command); see ``commands.unicast_target``."""
+        self._drain_producer()
+        out, self._out = self._out, []
+        return out
+
+    def events(self) -> list[StoreEvent]:
+        out, self._events = self._events, []
+        return out
+
+    def errors(self) -> list[tuple[EntityId, StoreError]]:
+        """Writes from remote writers that failed (Broker only logs these)."""
+        out, self._errors = self._errors, []
+        return out
+
+    def idle(self) -> bool:
+        """No pending clone handshakes, every clone acked everything, no writer input left."""
+        return self._producer.idle() and all(c.idle() for c in self._inputs.values())
+
+    @property
+    def clones(self) -> tuple[EntityId, ...]:
+        return self._producer.consumers
+
+    @property
+    def writers(self) -> tuple[EntityId, ...]:
+        return tuple(self._inputs)
+
+    def close(self) -> None:
+        """Commit and close the backend."""
+        self.backend.close()
+
+    # -- local API ----------------------------------------------------------------------
+
+    def local(self, content: Action, now: int) -> Any:
+        """Apply a write made on this master's own store object.
+
+        Returns the ``put_unique`` result (a bool) or None; raises StoreError
+        (TypeClash, InvalidData, NoSuchKey...) with nothing changed.
+        """
+        self._now = now
+        return self._apply(with_publisher(content, self.entity))
+
+    def put_unique(self, key: Any, value: Any, expiry: int | None, now: int) -> bool:
+        """``put_unique`` on the master: True only if ``key`` did not exist."""
+        self._req_id += 1
+        cmd = PutUniqueCommand(key, value, expiry, self.entity, self._req_id, self.entity)
+        return self.local(cmd, now)
+
+    def get(self, key: Any) -> Any:
+        return self.backend.get(key)
+
+    def exists(self, key: Any) -> bool:
+        return self.backend.exists(key)
+
+    def keys(self) -> list[Any]:
+        return self.backend.keys()
+
+    def get_index_from_value(self, key: Any, index: Any) -> Any:
+        return index_value(self.backend.get(key), index)
+
+    # -- applying writes -----------------------------------------------------------------
+
+    def _apply(self, c: Action) -> Any:
+        if isinstance(c, PutCommand):
+            self._put(c.key, c.value, c.expiry, c.publisher, c)
+        elif isinstance(c, AddCommand):
+            old = self.backend.lookup(c.key)
+            new = add_value(old, c.value, c.init_type)
+            self._replace(c.key, old, new, c.expiry, c.publisher)
+        elif isinstance(c, SubtractCommand):
+            old = self.backend.lookup(c.key)
+            new = subtract_value(old, c.value)
+            self._replace(c.key, old, new, c.expiry, c.publisher)
+        elif isinstance(c, EraseCommand):
+            if self.backend.erase(c.key):
+                self._set_expiry(c.key, None)
+                self._events.append(StoreEvent("erase", self.name, c.key, publisher=c.publisher))
+                self._broadcast(c)
+        elif isinstance(c, PutUniqueCommand):
+            inserted = not self.backend.exists(c.key)
+            if inserted:
+                self._put(c.key, c.value, c.expiry, c.publisher, None)
+            self._broadcast(PutUniqueResultCommand(inserted, c.who, c.req_id, self.entity))
+            return inserted
+        elif isinstance(c, ClearCommand):
+            erased = self.backend.keys()
+            for key in erased:
+                self._events.append(StoreEvent("erase", self.name, key, publisher=c.publisher))
+            self.backend.clear()
+            self._expiry.clear()
+            self._heap.clear()
+            self._broadcast(c)
+        # put_unique_result and expire are the master's own output: nothing to do
+        return None
+
+    def _put(self, key: Any, value: Any, expiry: int | None, publisher: EntityId, cmd: Any) -> None:
+        old = self.backend.lookup(key)
+        due = None if expiry is None else self._now + expiry
+        self.backend.put(key, value, due)
+        self._set_expiry(key, due)
+        if old is MISSING:
+            self._events.append(
+                StoreEvent("insert", self.name, key, value, None, expiry, publisher)
+            )
+        else:
+            self._events.append(StoreEvent("update", self.name, key, value, old, expiry, publisher))
+        self._broadcast(cmd or PutCommand(key, value, expiry, publisher))
+
+    def _replace(self, key: Any, old: Any, new: Any, expiry: int | None, pub: EntityId) -> None:
+        """Store the result of an add or subtract and send it on as a plain put."""
+        due = None if expiry is None else self._now + expiry
+        self.backend.put(key, new, due)
+        self._set_expiry(key, due)
+        kind = "insert" if old is MISSING else "update"
+        self._events.append(
+            StoreEvent(kind, self.name, key, new, None if old is MISSING else old, None, pub)
+        )
+        self._broadcast(PutCommand(key, new, None, pub))
+
+    # -- expiry ----------------------------------------------------------------------------
+
+    def _set_expiry(self, key: Any, due: int | None) -> None:
+        if due is None:
+            if self._expiry:
+                self._expiry.pop(encode(key), None)
+            return
+        k = encode(key)
+        self._expiry[k] = (due, key)
+        heapq.heappush(self._heap, (due, k))
+        if len(self._heap) > 2 * len(self._expiry) + 1024:
+            self._heap = [(d, k) for k, (d, _) in self._expiry.items()]
+            heapq.heapify(self._heap)
+
+    def _expire_due(self, now: int) -> None:
+        heap = self._heap
+        while heap and heap[0][0] < now:
+            due, k = heapq.heappop(heap)
+            entry = self._expiry.get(k)
+            if entry is None or entry[0] != due:
+                continue  # replaced or cancelled by a later write
+            del self._expiry[k]
+            key = entry[1]
+            if self.backend.expire(key, now):
+                self._events.append(StoreEvent("expire", self.name, key, publisher=self.entity))
+                self._broadcast(ExpireCommand(key, self.entity))
+
+    # -- channel plumbing ----------------------------------------------------------------
+
+    def _to_input(self, sender: EntityId, msg: Any) -> None:
+        consumer = self._inputs.get(sender)
+        if consumer is None:
+            self.dropped += 1  # not attached (yet); Broker ignores it too
+            return
+        consumer.receive(msg)
+
+    def _to_producer(self, cmd: InternalCommand, msg: ch.CumulativeAck | ch.Nack) -> None:
+        sender = cmd.sender
+        if sender not in self._producer.consumers and not (
+            isinstance(msg, ch.Nack) and 0 in msg.seqs
+        ):
+            if cmd.receiver == self.entity:
+                # A clone we dropped (timeout) still follows us: start it afresh with a snapshot.
+                self._producer.add(sender)
+            else:
+                self.dropped += 1
+            return
+        self._producer.receive(sender, msg)
+
+    def _broadcast(self, content: Action) -> None:
+        self._drain_producer()
+        seq = self._producer.produce(content)
+        if self._producer.outgoing():  # one copy per clone: send it once, to all
+            self._out.append((self.clones_topic, InternalCommand(seq, self.entity, NIL, content)))
+
+    def _drain_producer(self) -> None:
+        topic, me = self.clones_topic, self.entity
+        beat_sent: set[int] = set()
+        for handle, msg in self._producer.outgoing():
+            if isinstance(msg, ch.Heartbeat):
+                if msg.seq not in beat_sent:
+                    beat_sent.add(msg.seq)
+                    self._out.append(
+                        (topic, InternalCommand(0, me, NIL, KeepaliveCommand(msg.seq)))
+                    )
+            elif isinstance(msg, ch.Handshake):
+                offset = msg.first_seq - 1
+                ack = AckCloneCommand(offset, msg.heartbeat_interval, msg.snapshot or ())
+                self._out.append((topic, InternalCommand(offset, me, handle, ack)))
+            elif isinstance(msg, ch.Event):
+                self._out.append((topic, InternalCommand(msg.seq, me, handle, msg.content)))
+            else:
+                failed = RetransmitFailedCommand(msg.seq)
+                self._out.append((topic, InternalCommand(0, me, handle, failed)))
+        self._producer.events()  # nothing to do on lost clones: they ask again with nack 0
+
+    def _pump(self) -> None:
+        """Apply what writers delivered and translate channel output into commands."""
+        self._drain_producer()
+        lost = []
+        for writer, consumer in self._inputs.items():
+            for item in consumer.deliverable():
+                if isinstance(item, ch.Delivered):
+                    try:
+                        self._apply(item.content)
+                    except StoreError as exc:
+                        self._errors.append((writer, exc))
+            for msg in consumer.outgoing():
+                content = (
+                    CumulativeAckCommand(msg.seq)
+                    if isinstance(msg, ch.CumulativeAck)
+                    else NackCommand(msg.seqs)
+                )
+                cmd = InternalCommand(0, self.entity, writer, content)
+                self._out.append((self.clones_topic, cmd))
+            if any(isinstance(e, ch.ProducerLost) for e in consumer.events()):
+                lost.append(writer)
+        for writer in lost:
+            del self._inputs[writer]
+        self._drain_producer()
