@@ -29,6 +29,7 @@ from broker_spark.topic import Topic
 if TYPE_CHECKING:
     from broker_spark.endpoint import Endpoint
     from broker_spark.publisher import Publisher
+    from broker_spark.store_api import Store
     from broker_spark.subscriber import StatusSubscriber, Subscriber
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Subscriber": ("broker_spark.subscriber", "Subscriber"),
     "SafeSubscriber": ("broker_spark.subscriber", "Subscriber"),
     "StatusSubscriber": ("broker_spark.subscriber", "StatusSubscriber"),
+    "Store": ("broker_spark.store_api", "Store"),
     "zeek": ("broker_spark.zeek", None),
     "bro": ("broker_spark.zeek", None),
 }
@@ -112,6 +114,7 @@ __all__ = [
     "ShutdownError",
     "Status",
     "StatusSubscriber",
+    "Store",
     "Subscriber",
     "Timespan",
     "Timestamp",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker_spark.config import BrokerOptions, Configuration
 from broker_spark.core.actor import Core
@@ -29,6 +29,9 @@ from broker_spark.publisher import Publisher
 from broker_spark.status import PeerInfo, PeerStatus
 from broker_spark.subscriber import StatusSubscriber, Subscriber, topic_list
 from broker_spark.topic import Topic, as_topic_str
+
+if TYPE_CHECKING:
+    from broker_spark.store_api import Store
 
 __all__ = ["Endpoint"]
 
@@ -151,7 +154,11 @@ class Endpoint:
     # -- peers ------------------------------------------------------------------------------
 
     def peers(self) -> list[PeerInfo]:
+        """Our peers: peered ones, and addresses we dial (``Connecting``/``Reconnecting``)."""
         core = self._core
+        tcp = self._tcp(create=False)
+        if tcp is not None:
+            return self._loop.run_sync(tcp.peers_snapshot)
 
         def snapshot() -> list[PeerInfo]:
             return [PeerInfo(x.info(), x.flags, PeerStatus.Peered) for x in core.links.values()]
@@ -166,33 +173,96 @@ class Endpoint:
         return [Topic(p) for p in sorted(prefixes)]
 
     def await_peer(self, node_id: str, timeout: float | _dt.timedelta | None = None) -> bool:
-        """Block until ``node_id`` is a peer whose filter we know; False on timeout."""
+        """Block until ``node_id`` is a peer whose filter we know, or reachable over
+        version 2 multi-hop routing; False on timeout."""
         if isinstance(timeout, _dt.timedelta):
             timeout = timeout.total_seconds()
         node = str(node_id)
         core = self._core
-        return core.wait_until(
-            lambda: node in core.peer_filters(),
-            AWAIT_PEER_TIMEOUT if timeout is None else timeout,
-        )
+        tcp = self._tcp(create=False)
+
+        def ready() -> bool:
+            if node in core.peer_filters():
+                return True
+            return tcp is not None and node in tcp.fabric.reachable_strs
+
+        return core.wait_until(ready, AWAIT_PEER_TIMEOUT if timeout is None else timeout)
+
+    def _tcp(self, create: bool = True) -> Any:
+        """The TCP/TLS peering (``broker_spark.core.peering``), made on first use."""
+        from broker_spark.core.peering import Peering
+
+        if not create:
+            return Peering.existing(self._core)
+        return Peering.of(self._core, self._config)
 
     def listen(self, address: str = "", port: int = 0) -> int:
-        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+        """Accept peers on ``address:port`` (port 0: any free one); the port, 0 on failure."""
+        tcp = self._tcp()
+        return self._loop.run_sync(tcp.listen, str(address), int(port))
 
     def peer(self, address: str, port: int, retry: float = 10.0) -> bool:
-        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+        """Peer with ``address:port``; blocks until peered (True) or the attempt failed
+        (False, with an Error status). With ``retry`` > 0 (seconds), failed or lost
+        connections are redialled every ``retry`` seconds until :meth:`unpeer`."""
+        tcp = self._tcp()
+        return self._loop.run_coro(tcp.peer(str(address), int(port), retry))
 
     def peer_nosync(self, address: str, port: int, retry: float = 10.0) -> None:
-        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+        """Like :meth:`peer`, without waiting; the outcome arrives as a status."""
+        tcp = self._tcp()
+        self._loop.call_soon(tcp.start_peering, str(address), int(port), retry)
 
     def unpeer(self, address: str, port: int) -> bool:
-        raise NotImplementedError("TCP peering is not available yet (the peering issue)")
+        """Stop peering with ``address:port`` (goodbye, no more redials); False if unknown."""
+        tcp = self._tcp()
+        return self._loop.run_sync(tcp.unpeer, str(address), int(port))
 
-    def attach_master(self, name: str, backend: Any = None, opts: Any = None) -> Any:
-        raise NotImplementedError("data stores are not available yet (the stores issue)")
+    # -- data stores (broker_spark.store_api) ------------------------------------------------
 
-    def attach_clone(self, name: str) -> Any:
-        raise NotImplementedError("data stores are not available yet (the stores issue)")
+    def attach_master(
+        self, name: str, backend: Any = None, opts: Any = None, **options: Any
+    ) -> Store:
+        """Master of store ``name`` (memory, or SQLite with ``opts["path"]``); see store_api."""
+        from broker_spark import store_api
+
+        return store_api.attach_master(self, name, backend, opts, **options)
+
+    def attach_clone(self, name: str, **options: Any) -> Store:
+        """A clone of store ``name``, following its master wherever it is; see store_api."""
+        from broker_spark import store_api
+
+        return store_api.attach_clone(self, name, **options)
+
+    # -- Zeek's WebSocket API (broker_spark.websocket) ------------------------------------------
+
+    def web_socket_listen(self, address: str = "127.0.0.1", port: int = 0, **options: Any) -> int:
+        """Serve Zeek's WebSocket JSON API on ``/v1/messages/json``; the port, 0 on failure.
+
+        ``wss`` with this endpoint's TLS settings, ``ws`` when SSL is disabled.
+        Options: see :meth:`broker_spark.websocket.manager.WebSocketManager.listen`.
+        """
+        from broker_spark.websocket.manager import manager_for
+
+        return manager_for(self).listen(address, port, **options)
+
+    def web_socket_peer(
+        self, url: str, topics: Any = (), retry: float = 10.0, **options: Any
+    ) -> bool:
+        """Bridge to a remote WebSocket API (e.g. a Zeek manager) for ``topics``, both ways.
+
+        True once the remote acked; reconnects every ``retry`` seconds (0: once).
+        Options: see :meth:`broker_spark.websocket.manager.WebSocketManager.peer`.
+        """
+        from broker_spark.websocket.manager import manager_for
+
+        return manager_for(self).peer(url, topics, retry, **options)
+
+    def web_socket_unpeer(self, url: str) -> bool:
+        """Stop the bridge :meth:`web_socket_peer` made to ``url``; False if there is none."""
+        from broker_spark.websocket.manager import manager_for
+
+        return manager_for(self).unpeer(url)
 
     # -- lifetime ------------------------------------------------------------------------------
 

@@ -379,4 +379,4 @@ def test_codec_bench_runs_and_prints_its_table() -> None:
         ).stdout
     )
     rates = {row["codec"]: row["msgs_per_s"] for row in report["rows"]}
-    assert len(rates) == 5 and all(rate > 0 for rate in rates.values())
+    assert len(rates) >= 5 and all(rate > 0 for rate in rates.values())

@@ -249,14 +249,6 @@ def test_peers_and_await_peer(pair):
     assert info.status == broker.PeerStatus.Peered
 
 
-def test_unimplemented_parts_say_so():
-    with broker.Endpoint() as ep:
-        with pytest.raises(NotImplementedError):
-            ep.listen("127.0.0.1", 0)
-        with pytest.raises(NotImplementedError):
-            ep.attach_master("kv")
-
-
 # -- statuses ----------------------------------------------------------------------------
 
 

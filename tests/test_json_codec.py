@@ -726,3 +726,13 @@ def test_mutated_valid_messages_only_ever_raise_decode_error(
     mutated = text[:pos] + char + ("" if cut else text[pos + 1 :])
     with contextlib.suppress(DecodeError):
         decode_client_message(mutated)
+
+
+def test_the_facade_re_exports_the_split_modules() -> None:
+    from broker_spark.data import json_codec, json_decode, json_encode
+
+    assert json_codec.dumps_value is json_encode.dumps_value
+    assert json_codec.encode_data_message is json_encode.encode_data_message
+    assert json_codec.loads_value is json_decode.loads_value
+    assert json_codec.decode_client_message is json_decode.decode_client_message
+    assert json_codec.MAX_TEXT_SIZE == json_decode.MAX_TEXT_SIZE

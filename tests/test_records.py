@@ -374,3 +374,47 @@ def test_mangled_record_streams_only_raise_decode_error(
     except DecodeError:
         return
     assert all(type(r) is Record and type(r.payload) is bytes for r in out)
+
+
+# --- the split modules and the fast paths -----------------------------------------------
+
+
+def test_the_facade_re_exports_the_split_modules() -> None:
+    from broker_spark.data import records_ext, records_pack, records_unpack
+
+    assert records.pack_value is records_pack.pack_value
+    assert records.unpack_value is records_unpack.unpack_value
+    assert records.EXT_FROZEN_TABLE == records_ext.EXT_FROZEN_TABLE
+    assert records.MAX_NESTING == records_ext.MAX_NESTING
+
+
+def test_records_accept_str_subclasses_and_byte_buffers() -> None:
+    class Topic(str):
+        pass
+
+    packed = pack_record(Topic("/t"), bytearray(b"\x01\x02"), "s", -5, 0)
+    assert packed == pack_record("/t", b"\x01\x02", "s", -5, 0)
+    assert pack_record("/u", memoryview(b"x"), "s", 1, 1) == pack_record("/u", b"x", "s", 1, 1)
+    (rec,) = unpack_records(packed)
+    assert rec == Record("/t", b"\x01\x02", "s", -5, 0)
+    assert [type(f) for f in rec] == [str, bytes, str, int, int]
+
+
+def test_remembered_leaves_never_mix_up_values() -> None:
+    # More distinct addresses, ports and enum names than the memos hold, twice over.
+    leaves = (
+        [ipaddress.IPv4Address(i) for i in range(5000)]
+        + [Port(i, i % 4) for i in range(5000)]
+        + [Enum(f"E::{i}") for i in range(5000)]
+        + [Count(i) for i in range(250, 260)]
+    )
+    for _ in range(2):
+        back = unpack_value(pack_value(tuple(leaves)))
+        assert exactly(back, tuple(leaves))
+
+
+def test_negative_counts_are_refused() -> None:
+    with pytest.raises(EncodeError):
+        pack_value(int.__new__(Count, -1))
+    with pytest.raises(EncodeError):
+        pack_value(int.__new__(Count, 2**64))

@@ -36,7 +36,7 @@ from time import monotonic
 from typing import TYPE_CHECKING
 
 from broker_spark.config import BrokerOptions
-from broker_spark.core.message import DATA, SharedMessage
+from broker_spark.core.message import COMMAND, DATA, SharedMessage
 from broker_spark.core.queues import UNBOUNDED_ROOM, Sink, Source, SubscriberQueue
 from broker_spark.errors import EC, SC, PeeringError, ShutdownError
 from broker_spark.status import Error, Status
@@ -80,6 +80,8 @@ class Core:
         self.subscribers: list[SubscriberQueue] = []
         self.status_subscribers: list[SubscriberQueue] = []
         self.forwarded: list[str] = []
+        #: Filters that join ours on behalf of lightweight peers (WebSocket clients), by owner.
+        self.extra_filters: dict[object, tuple[str, ...]] = {}
         self.filter: tuple[str, ...] = ()
         self.links: dict[bytes, Link] = {}
         #: Handlers for message kinds other than data (command messages of stores).
@@ -97,6 +99,10 @@ class Core:
         self._bid = 0
         self._inject: Source | None = None
         self._inject_lock = threading.Lock()
+        #: Called (on the loop) at the end of :meth:`close`: transports such as TCP peering.
+        self.close_hooks: list[Callable[[], None]] = []
+        #: Whether a node is still reachable over other paths when its link goes (multi-hop).
+        self.reachable_elsewhere: Callable[[bytes], bool] = lambda _node: False
 
     @staticmethod
     def id_to_str(node_id: bytes) -> str:
@@ -283,6 +289,19 @@ class Core:
                 i += 1
                 continue
             if msg[2] != DATA:
+                if msg[2] == COMMAND and forwarding and msg[3] > 1:
+                    # Store commands flood onwards like data (they reach masters and
+                    # clones behind us); room first, so a stalled retry never repeats.
+                    onward_links = (routes.get(msg[0]) or self._route(msg[0]))[1]
+                    if from_link in onward_links:
+                        onward_links = tuple(x for x in onward_links if x is not from_link)
+                    if onward_links:
+                        if self._room(onward_links, bid, touched) <= 0:
+                            break
+                        fwd = (msg[0], msg[1], COMMAND, msg[3] - 1, msg[4])
+                        for d in onward_links:
+                            d._pending.append(fwd)
+                            d._room -= 1
                 self._other_kind(msg, from_link)
                 i += 1
                 continue
@@ -384,10 +403,26 @@ class Core:
                 self.forwarded.append(t)
         self._update_filter()
 
+    def set_extra_filter(self, owner: object, prefixes: Iterable[str]) -> None:
+        """Make ``prefixes`` part of this endpoint's filter for ``owner`` (empty: drop them).
+
+        A WebSocket client subscribes like a local subscriber would: its prefixes
+        flood to peers, so matching messages come here and are routed to it.
+        """
+        prefixes = tuple(prefixes)
+        if prefixes:
+            self.extra_filters[owner] = prefixes
+        elif self.extra_filters.pop(owner, None) is None:
+            return
+        self._update_filter()
+
     def _update_filter(self) -> None:
         f = Filter(self.forwarded)
         for s in self.subscribers:
             for p in s.prefixes:
+                f.add(p)
+        for prefixes in self.extra_filters.values():
+            for p in prefixes:
                 f.add(p)
         new = tuple(f.prefixes())
         if new != self.filter:
@@ -425,9 +460,10 @@ class Core:
         if known:
             info = link.info()
             self.emit(Status(reason, info, _STATUS_MESSAGES.get(reason, "")))
-            self.emit(
-                Status(SC.EndpointUnreachable, info, _STATUS_MESSAGES[SC.EndpointUnreachable])
-            )
+            if not self.reachable_elsewhere(link.peer_id):
+                self.emit(
+                    Status(SC.EndpointUnreachable, info, _STATUS_MESSAGES[SC.EndpointUnreachable])
+                )
             self._notify_changed()
         return known
 
@@ -496,6 +532,9 @@ class Core:
         self._routes.clear()
         for link in links:
             link.close(SC.PeerLost)
+        for hook in self.close_hooks:
+            with contextlib.suppress(Exception):
+                hook()
         for src in sources:
             src.close()
         for q in self.subscribers + self.status_subscribers:

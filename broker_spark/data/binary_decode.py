@@ -88,6 +88,7 @@ _ts_from_ns = Timestamp.from_ns
 _Timespan = Timespan
 
 _CACHE_SIZE = 4096
+_CACHED_NAME_MAX = 128  # longer enum names are not remembered, so caches stay small
 _ADDRESSES: dict[bytes, Any] = {}
 _PORTS: dict[bytes, Port] = {}
 _ENUMS: dict[bytes, Enum] = {}
@@ -115,12 +116,26 @@ def decode(
     size = len(buf) - offset
     budget = None if size * size <= limits.max_items else [limits.max_items]
     try:
-        items, pos = read(buf, offset, 1, 0, budget)
+        n = buf[offset + 1] if buf[offset] == 14 and size > 1 else 0
+        if (
+            0 < n < 0x80
+            and n <= size - 2
+            and budget is None
+            and n <= limits.max_container
+            and limits.max_depth > 0
+        ):
+            # The usual message, a short vector that cannot break the limits (a
+            # budget is needed only for large inputs): read its elements directly.
+            items, pos = read(buf, offset + 2, n, 1, None)
+            value = tuple(items)
+        else:
+            items, pos = read(buf, offset, 1, 0, budget)
+            value = items[0]
     except Exception as exc:
         raise _decode_error(exc, buf) from None
     if pos != len(buf):
         raise DecodeError(f"trailing bytes at offset {pos} ({len(buf) - pos} after the value)")
-    return items[0]
+    return value
 
 
 def decode_from(
@@ -239,20 +254,31 @@ def _make_reader(limits: DecodeLimits) -> _Reader:
                     pos += 2
                 else:
                     size, pos = read_varbyte(buf, pos + 1)
-                if not size and depth < max_depth:
-                    items[i] = () if tag == 14 else (set() if tag == 12 else {})
+                if tag == 14:  # vector
+                    if depth >= max_depth or size > end - pos or size > max_container:
+                        raise _bad_size(start, size, end - pos, depth, tag, limits)
+                    if not size:
+                        items[i] = ()
+                        continue
+                    if budget is not None:
+                        budget[0] -= size
+                        if budget[0] < 0:
+                            raise _bad_size(start, size, end - pos, depth, tag, limits)
+                    inner, pos = read_items(buf, pos, size, depth + 1, budget)
+                    items[i] = tuple(inner)
                     continue
-                values = size + size if tag == 13 else size  # a table entry is two values
+                values = size if tag == 12 else size + size  # a table entry is two values
                 if depth >= max_depth or values > end - pos or size > max_container:
                     raise _bad_size(start, size, end - pos, depth, tag, limits)
+                if not size:
+                    items[i] = set() if tag == 12 else {}
+                    continue
                 if budget is not None:
                     budget[0] -= size
                     if budget[0] < 0:
                         raise _bad_size(start, size, end - pos, depth, tag, limits)
                 inner, pos = read_items(buf, pos, values, depth + 1, budget)
-                if tag == 14:
-                    items[i] = tuple(inner)
-                elif tag == 12:
+                if tag == 12:
                     try:
                         items[i] = set(inner)
                     except TypeError:  # an element is or holds a set or table: freeze
@@ -365,7 +391,8 @@ def _new_enum(raw: bytes, pos: int) -> Enum:
         name = raw.decode()
     except UnicodeDecodeError:
         raise DecodeError(f"enum name before offset {pos} is not valid UTF-8") from None
-    return _remember(_ENUMS, raw, Enum(name))
+    enum = Enum(name)
+    return _remember(_ENUMS, raw, enum) if len(raw) <= _CACHED_NAME_MAX else enum
 
 
 def _read_subnet(buf: bytes, pos: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:

@@ -6,8 +6,10 @@ the exact type of each against the frequent types in order of frequency and
 handles those inline (no call per element); everything else dispatches through
 a dict keyed by exact type. Fixed-size values go out through precompiled
 :class:`struct.Struct` packers, tags with short lengths come from tables, and
-enum values (a few names repeated endlessly) from a small memo of their bytes.
-Output accumulates in one ``bytearray``.
+the encodings of immutable leaves that repeat (enum names, short strings,
+IPv4 addresses) from small bounded memos. Output accumulates in one
+``bytearray``. Sets of strings, the usual kind, are put in canonical order by
+one ``sorted`` call.
 
 Encoding is canonical: sets and tables are written in Broker's order (type
 tag, then value), so equal values always give equal bytes.
@@ -66,14 +68,16 @@ _SET_HDR = [bytes((12, n)) for n in range(128)]
 _TABLE_HDR = [bytes((13, n)) for n in range(128)]
 _VEC_HDR = [bytes((14, n)) for n in range(128)]
 
-# Enum names repeat (a few dozen per Zeek deployment): their encodings are
-# remembered by name, in a dict emptied when full.
+# Leaves that repeat endlessly in Zeek traffic (enum names, service names and
+# event names, a few hundred hosts) are immutable, so their encodings are
+# remembered: by enum name, by short string, by IPv4 address (its integer).
+# Each memo is a dict emptied when full, so unique values cost one failed
+# lookup and never grow memory past the bound.
 _ENUM_BYTES: dict[str, bytes] = {}
 _ENUM_BYTES_MAX = 1024
-
 _STR_BYTES: dict[str, bytes] = {}
 _STR_BYTES_MAX = 4096
-_STR_BYTES_LEN = 48
+_STR_BYTES_LEN = 48  # longer strings are encoded every time, never remembered
 _ADDR4_BYTES: dict[int, bytes] = {}
 _ADDR4_BYTES_MAX = 4096
 
@@ -90,7 +94,11 @@ def encode(value: Any) -> bytes:
     """
     out = bytearray()
     try:
-        (_ENCODERS.get(type(value)) or _resolve(value))(value, out)
+        if type(value) is tuple and 0 < len(value) < 128:  # the usual message
+            out += _VEC_HDR[len(value)]
+            _items(value, out)
+        else:
+            (_ENCODERS.get(type(value)) or _resolve(value))(value, out)
     except RecursionError:
         raise EncodeError("value nested too deeply (or contains itself)") from None
     return bytes(out)
@@ -165,18 +173,8 @@ def _items(values: Any, out: bytearray) -> None:
                 else:
                     out.append(12)
                     out += encode_varbyte(n)
-                if n > 1:  # Broker's order: plain sorted() when one type sorts naturally
-                    rest = iter(x)
-                    kind = type(next(rest))
-                    if kind in _NATURAL_ORDER:
-                        for v in rest:
-                            if type(v) is not kind:
-                                x = sorted_values(x)
-                                break
-                        else:
-                            x = sorted(x)
-                    else:
-                        x = sorted_values(x)
+                if n > 1:
+                    x = _canonical(x)
                 if n:
                     _items(x, out)
             else:
@@ -305,7 +303,9 @@ def _enum_bytes(name: str) -> bytes:
     """The encoding of the enum value ``name`` (remembered, bounded)."""
     raw = _utf8(name)
     n = len(raw)
-    data = bytes((11, n)) + raw if n < 128 else b"\x0b" + encode_varbyte(n) + raw
+    if n >= 128:  # long names are encoded every time, never remembered
+        return b"\x0b" + encode_varbyte(n) + raw
+    data = bytes((11, n)) + raw
     if len(_ENUM_BYTES) >= _ENUM_BYTES_MAX:
         _ENUM_BYTES.clear()
     _ENUM_BYTES[name] = data
@@ -317,15 +317,26 @@ def _enc_enum(value: Enum, out: bytearray) -> None:
 
 
 def _canonical(values: Any) -> Any:
-    """Values in Broker's order: plain ``sorted`` when one type sorts naturally."""
-    rest = iter(values)
-    kind = type(next(rest))
+    """Values in Broker's order: plain ``sorted`` when one type sorts naturally.
+
+    Sets of strings, the most common by far, are settled by ``sorted`` alone: a
+    str only compares with str (and its subclasses, which encode as strings),
+    so if sorting succeeds with a str first, every element is a string, and
+    Python's code point order is UTF-8 byte order.
+    """
+    try:
+        ordered = sorted(values)
+    except (TypeError, AttributeError, ValueError):  # incomparable: order by tag first
+        return sorted_values(values)
+    kind = type(ordered[0])
+    if kind is str:
+        return ordered
     if kind in _NATURAL_ORDER:
-        for v in rest:
+        for v in ordered:
             if type(v) is not kind:
                 break
         else:
-            return sorted(values)
+            return ordered
     return sorted_values(values)
 
 

@@ -99,6 +99,7 @@ def _pack(value: Any) -> bytes:
 _SMALL_COUNTS = [ext(EXT_COUNT, bytes((i,))) for i in range(256)]
 
 _MEMO_LIMIT = 4096
+_MEMO_NAME_MAX = 128  # longer enum names are not remembered, so memos stay small
 _V4_EXTS: dict[int, ExtType] = {}
 _PORT_EXTS: dict[int, ExtType] = {}
 _ENUM_EXTS: dict[str, ExtType] = {}
@@ -164,7 +165,11 @@ def _enc_timespan(value: _dt.timedelta) -> ExtType:
 
 def _enc_enum(value: Enum) -> ExtType:
     name = value.name
-    return _ENUM_EXTS.get(name) or _remember(_ENUM_EXTS, name, ext(EXT_ENUM, name.encode()))
+    found = _ENUM_EXTS.get(name)
+    if found is not None:
+        return found
+    made = ext(EXT_ENUM, name.encode())
+    return _remember(_ENUM_EXTS, name, made) if len(name) <= _MEMO_NAME_MAX else made
 
 
 class _Nesting(threading.local):
@@ -236,9 +241,7 @@ def _default(value: Any) -> Any:
             nanos = value._nanos
         except AttributeError:
             nanos = 0
-        return new_tuple(
-            ExtType, (EXT_TIMESTAMP, _time_bytes((value - _EPOCH) // _ONE_US, nanos))
-        )
+        return new_tuple(ExtType, (EXT_TIMESTAMP, _time_bytes((value - _EPOCH) // _ONE_US, nanos)))
     if cls is _IPv4Address:
         return _V4_EXTS.get(value._ip) or _enc_address4(value)
     try:

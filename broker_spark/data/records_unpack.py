@@ -168,6 +168,7 @@ def _dec_enum(data: bytes) -> Enum:
 
 
 _MEMO_LIMIT = 4096
+_MEMO_KEY_MAX = 128
 _MEMOS: dict[int, dict[bytes, Any]] = {EXT_ADDRESS: {}, EXT_SUBNET: {}, EXT_PORT: {}, EXT_ENUM: {}}
 """Decoded immutable leaves by payload, per extension code.
 
@@ -182,9 +183,10 @@ def _memoized(code: int, decode: Callable[[bytes], Any]) -> Callable[[bytes], An
 
     def decode_and_remember(data: bytes) -> Any:
         value = decode(data)
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        memo[bytes(data)] = value
+        if len(data) <= _MEMO_KEY_MAX:  # long payloads (enum names) are not remembered
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[bytes(data)] = value
         return value
 
     return decode_and_remember

@@ -60,6 +60,12 @@ class StoreBackend(abc.ABC):
     def put(self, key: Any, value: Any, expiry: int | None = None) -> None:
         """Insert or replace ``key``; ``expiry`` replaces any earlier one (None: never)."""
 
+    def swap(self, key: Any, value: Any, expiry: int | None = None) -> Any:
+        """:meth:`put` that returns the previous value (or MISSING): one lookup, not two."""
+        old = self.lookup(key)
+        self.put(key, value, expiry)
+        return old
+
     @abc.abstractmethod
     def erase(self, key: Any) -> bool:
         """Remove ``key``; False if it was absent."""
@@ -137,6 +143,13 @@ class MemoryBackend(StoreBackend):
 
     def put(self, key: Any, value: Any, expiry: int | None = None) -> None:
         self._d[encode(key)] = (key, value, expiry)
+
+    def swap(self, key: Any, value: Any, expiry: int | None = None) -> Any:
+        k = encode(key)
+        d = self._d
+        old = d.get(k)
+        d[k] = (key, value, expiry)
+        return MISSING if old is None else old[1]
 
     def erase(self, key: Any) -> bool:
         return self._d.pop(encode(key), None) is not None

@@ -107,6 +107,8 @@ class CloneState:
         self._stalled: list[Action] = []
         self.dropped = 0
         self.resyncs = 0
+        #: Record store events; the endpoint turns this off while nobody subscribes to them.
+        self.emit_events = True
         self._input = self._new_input()
         self._pump()
 
@@ -119,8 +121,20 @@ class CloneState:
     def receive_batch(self, cmds: Iterable[InternalCommand], now: int) -> None:
         """Handle commands that arrived together (cheaper than one by one)."""
         self._now = now
+        master = self._master
+        consumer = self._input
         for cmd in cmds:
-            self._receive_one(cmd)
+            if type(cmd.content) is PutCommand and cmd.sender == master and master:
+                # The master's updates: the bulk of all traffic, straight to the channel.
+                self._last_heard = now
+                try:
+                    consumer.receive(ch.Event(cmd.seq, cmd.content))
+                except ProtocolError:
+                    self.dropped += 1
+            else:
+                self._receive_one(cmd)
+                master = self._master
+                consumer = self._input
         self._pump()
 
     def _receive_one(self, cmd: InternalCommand) -> None:
@@ -200,6 +214,31 @@ class CloneState:
     def synced(self) -> bool:
         """The current update channel has its handshake (the replica follows a master)."""
         return self._synced and self._input.initialized
+
+    @property
+    def has_data(self) -> bool:
+        """A snapshot was applied at some point: reads answer from a real replica."""
+        return self._synced
+
+    def silent_for(self, now: int) -> int | None:
+        """Nanoseconds since the master was last heard from (None: never heard)."""
+        return None if self._last_heard is None else now - self._last_heard
+
+    def master_lost(self, now: int) -> None:
+        """The master's endpoint is gone: ask for a master again without waiting for timeouts.
+
+        The replica stays readable; the next ``ack_clone`` (from whichever master
+        answers) replaces it. The write channel is dropped too, so writes the
+        master did not acknowledge go again to the master that answers.
+        """
+        self._now = now
+        if self._target:
+            self._writer.remove(self._target)
+            self._target = NIL
+            self._stalled = [content for _, content in self._unacked] + self._stalled
+            self._unacked.clear()
+        self._restart_input()
+        self._pump()
 
     def stale(self) -> bool:
         """Reads would fail with StaleData: no snapshot yet, or the master silent too long."""
@@ -298,22 +337,21 @@ class CloneState:
 
     def _apply(self, c: Action) -> None:
         data = self._data
-        if isinstance(c, PutCommand):
-            old = data.lookup(c.key)
-            data.put(c.key, c.value)
-            if old is MISSING:
-                event = StoreEvent("insert", self.name, c.key, c.value, None, c.expiry, c.publisher)
-            else:
-                event = StoreEvent("update", self.name, c.key, c.value, old, c.expiry, c.publisher)
-            self._events.append(event)
+        if type(c) is PutCommand:
+            old = data.swap(c.key, c.value)
+            if self.emit_events:
+                kind, old = ("insert", None) if old is MISSING else ("update", old)
+                event = StoreEvent(kind, self.name, c.key, c.value, old, c.expiry, c.publisher)
+                self._events.append(event)
         elif isinstance(c, (EraseCommand, ExpireCommand)):
-            if data.erase(c.key):
+            if data.erase(c.key) and self.emit_events:
                 kind = "erase" if isinstance(c, EraseCommand) else "expire"
                 self._events.append(StoreEvent(kind, self.name, c.key, publisher=c.publisher))
         elif isinstance(c, ClearCommand):
-            erased = data.keys()
-            for key in erased:
-                self._events.append(StoreEvent("erase", self.name, key, publisher=c.publisher))
+            if self.emit_events:
+                for key in data.keys():
+                    event = StoreEvent("erase", self.name, key, publisher=c.publisher)
+                    self._events.append(event)
             data.clear()
         elif (
             isinstance(c, PutUniqueResultCommand)
@@ -327,6 +365,9 @@ class CloneState:
     def _apply_snapshot(self, pairs: Any) -> None:
         """Replace the replica, with events for what changed (Broker's ``set_store``)."""
         pairs = tuple(pairs or ())
+        if not self.emit_events:
+            self._data.replace_all(pairs)
+            return
         old = {encode(k): (k, v) for k, v in self._data.snapshot()}
         new = {encode(k): (k, v) for k, v in pairs}
         master = self._master

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker_spark.data.binary import DEFAULT_LIMITS, DecodeLimits, decode_from, encode_into
@@ -89,12 +89,15 @@ class EntityId:
 
     endpoint: bytes
     object: int
+    #: The 24 bytes on the wire, computed once (entities are few and long-lived).
+    packed: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.endpoint, bytes) or len(self.endpoint) != 16:
             raise ValueError(f"entity endpoint must be 16 bytes, got {self.endpoint!r}")
         if not isinstance(self.object, int) or not 0 <= self.object <= _MAX_U64:
             raise ValueError(f"entity object id must be a u64, got {self.object!r}")
+        object.__setattr__(self, "packed", _ENTITY.pack(self.endpoint, self.object))
 
     def __bool__(self) -> bool:
         """Valid (not nil): Broker's test is a non-zero endpoint id."""
@@ -312,7 +315,7 @@ def _put_u64(value: int, out: bytearray, what: str) -> None:
 def _put_entity(value: EntityId, out: bytearray) -> None:
     if not isinstance(value, EntityId):
         raise EncodeError(f"expected an EntityId, got {value!r}")
-    out += _ENTITY.pack(value.endpoint, value.object)
+    out += value.packed
 
 
 def _put_expiry(value: int | None, out: bytearray) -> None:
@@ -333,6 +336,13 @@ def encode_command(cmd: InternalCommand) -> bytes:
     _put_entity(cmd.sender, out)
     _put_entity(cmd.receiver, out)
     c = cmd.content
+    if type(c) is PutCommand and type(c.publisher) is EntityId:  # the bulk of all traffic
+        out.append(0)
+        encode_into(c.key, out)
+        encode_into(c.value, out)
+        _put_expiry(c.expiry, out)
+        out += c.publisher.packed
+        return bytes(out)
     index = _INDEX.get(type(c))
     if index is None:
         raise EncodeError(f"not a store command: {c!r}")
@@ -499,6 +509,8 @@ def decode_command(
     sender = _entity(buf[8:32])
     receiver = _entity(buf[32:56])
     index = buf[56]
+    if index == 0:  # put: the bulk of all traffic, read without the general machinery
+        return InternalCommand(seq, sender, receiver, _decode_put(buf, limits))
     if index >= len(_ORDER):
         raise DecodeError(f"store command: unknown variant index {index} at offset 56")
     r = _Reader(buf, limits)
@@ -553,3 +565,48 @@ def decode_command(
             f"after {type(content).__name__}"
         )
     return InternalCommand(seq, sender, receiver, content)
+
+
+def _decode_put(buf: bytes, limits: DecodeLimits) -> PutCommand:
+    """The fields of a put command (key, value, expiry, publisher) from offset 57."""
+    end = len(buf)
+    what = "key"
+    try:
+        key, pos = _scalar(buf, 57, end, limits)
+        what = "value"
+        value, pos = _scalar(buf, pos, end, limits)
+    except DecodeError as exc:
+        raise DecodeError(f"store command: bad {what} of a put: {exc}") from None
+    flag = buf[pos] if pos < end else -1
+    if flag == 0:
+        expiry = None
+        pos += 1
+    elif flag == 1 and pos + 9 <= end:
+        (expiry,) = _I64.unpack_from(buf, pos + 1)
+        pos += 9
+    elif flag == -1 or flag == 1:
+        raise DecodeError(f"store command: a put's expiry at offset {pos} is truncated")
+    else:
+        raise DecodeError(f"store command: optional flag {flag} at offset {pos}")
+    if end - pos != 24:
+        raise DecodeError(
+            f"store command: a put's publisher at offset {pos} needs 24 bytes, {end - pos} remain"
+        )
+    return PutCommand(key, value, expiry, _entity(buf[pos:end]))
+
+
+def _scalar(buf: bytes, pos: int, end: int, limits: DecodeLimits) -> tuple[Any, int]:
+    """Decode one value at ``pos``: short strings and integers inline, the rest generally."""
+    tag = buf[pos] if pos < end else -1
+    if tag == 5 and pos + 1 < end:
+        size = buf[pos + 1]
+        stop = pos + 2 + size
+        if size < 0x80 and stop <= end and size <= limits.max_string:
+            raw = buf[pos + 2 : stop]
+            try:
+                return raw.decode(), stop
+            except UnicodeDecodeError:
+                return raw, stop
+    elif tag == 3 and pos + 9 <= end:
+        return _I64.unpack_from(buf, pos + 1)[0], pos + 9
+    return decode_from(buf, pos, limits)

@@ -96,6 +96,8 @@ class MasterState:
         self._errors: list[tuple[EntityId, StoreError]] = []
         self._req_id = 0
         self.dropped = 0  # commands ignored: unknown writer, malformed for the channel
+        #: Record store events; the endpoint turns this off while nobody subscribes to them.
+        self.emit_events = True
         for key, due in backend.expiries():
             self._set_expiry(key, due)
 
@@ -177,6 +179,20 @@ class MasterState:
     def writers(self) -> tuple[EntityId, ...]:
         return tuple(self._inputs)
 
+    def drop_endpoints(self, endpoints: set[bytes]) -> None:
+        """Forget the clones and writers of endpoints that went away.
+
+        Otherwise ``idle()`` would wait for their acks until the channel times
+        out. Should such a clone still be alive (another path), its next ack or
+        nack brings it back with a fresh snapshot.
+        """
+        for handle in self._producer.consumers:
+            if handle.endpoint in endpoints:
+                self._producer.remove(handle)
+        for writer in list(self._inputs):
+            if writer.endpoint in endpoints:
+                del self._inputs[writer]
+
     def close(self) -> None:
         """Commit and close the backend."""
         self.backend.close()
@@ -226,7 +242,10 @@ class MasterState:
         elif isinstance(c, EraseCommand):
             if self.backend.erase(c.key):
                 self._set_expiry(c.key, None)
-                self._events.append(StoreEvent("erase", self.name, c.key, publisher=c.publisher))
+                if self.emit_events:
+                    self._events.append(
+                        StoreEvent("erase", self.name, c.key, publisher=c.publisher)
+                    )
                 self._broadcast(c)
         elif isinstance(c, PutUniqueCommand):
             inserted = not self.backend.exists(c.key)
@@ -235,9 +254,9 @@ class MasterState:
             self._broadcast(PutUniqueResultCommand(inserted, c.who, c.req_id, self.entity))
             return inserted
         elif isinstance(c, ClearCommand):
-            erased = self.backend.keys()
-            for key in erased:
-                self._events.append(StoreEvent("erase", self.name, key, publisher=c.publisher))
+            if self.emit_events:
+                for key in self.backend.keys():
+                    self._events.append(StoreEvent("erase", self.name, key, publisher=c.publisher))
             self.backend.clear()
             self._expiry.clear()
             self._heap.clear()
@@ -246,16 +265,16 @@ class MasterState:
         return None
 
     def _put(self, key: Any, value: Any, expiry: int | None, publisher: EntityId, cmd: Any) -> None:
-        old = self.backend.lookup(key)
         due = None if expiry is None else self._now + expiry
-        self.backend.put(key, value, due)
-        self._set_expiry(key, due)
-        if old is MISSING:
-            self._events.append(
-                StoreEvent("insert", self.name, key, value, None, expiry, publisher)
-            )
+        if due is not None or self._expiry:
+            self._set_expiry(key, due)
+        if not self.emit_events:
+            self.backend.put(key, value, due)
         else:
-            self._events.append(StoreEvent("update", self.name, key, value, old, expiry, publisher))
+            old = self.backend.swap(key, value, due)
+            kind = "insert" if old is MISSING else "update"
+            old = None if old is MISSING else old
+            self._events.append(StoreEvent(kind, self.name, key, value, old, expiry, publisher))
         self._broadcast(cmd or PutCommand(key, value, expiry, publisher))
 
     def _replace(self, key: Any, old: Any, new: Any, expiry: int | None, pub: EntityId) -> None:
@@ -263,10 +282,11 @@ class MasterState:
         due = None if expiry is None else self._now + expiry
         self.backend.put(key, new, due)
         self._set_expiry(key, due)
-        kind = "insert" if old is MISSING else "update"
-        self._events.append(
-            StoreEvent(kind, self.name, key, new, None if old is MISSING else old, None, pub)
-        )
+        if self.emit_events:
+            kind = "insert" if old is MISSING else "update"
+            self._events.append(
+                StoreEvent(kind, self.name, key, new, None if old is MISSING else old, None, pub)
+            )
         self._broadcast(PutCommand(key, new, None, pub))
 
     # -- expiry ----------------------------------------------------------------------------
@@ -293,7 +313,9 @@ class MasterState:
             del self._expiry[k]
             key = entry[1]
             if self.backend.expire(key, now):
-                self._events.append(StoreEvent("expire", self.name, key, publisher=self.entity))
+                if self.emit_events:
+                    event = StoreEvent("expire", self.name, key, publisher=self.entity)
+                    self._events.append(event)
                 self._broadcast(ExpireCommand(key, self.entity))
 
     # -- channel plumbing ----------------------------------------------------------------
@@ -319,16 +341,29 @@ class MasterState:
         self._producer.receive(sender, msg)
 
     def _broadcast(self, content: Action) -> None:
-        self._drain_producer()
+        """Produce ``content`` on the clone channel: one broadcast however many clones."""
         seq = self._producer.produce(content)
-        if self._producer.outgoing():  # one copy per clone: send it once, to all
-            self._out.append((self.clones_topic, InternalCommand(seq, self.entity, NIL, content)))
+        out = self._producer.outgoing()
+        if out:
+            self._translate(out, seq)
 
     def _drain_producer(self) -> None:
+        out = self._producer.outgoing()
+        if out:
+            self._translate(out, 0)
+        self._producer.events()  # nothing to do on lost clones: they ask again with nack 0
+
+    def _translate(self, out: list[tuple[EntityId, Any]], fresh: int) -> None:
+        """Turn channel messages into commands; the clones' copies of event ``fresh`` go once."""
         topic, me = self.clones_topic, self.entity
         beat_sent: set[int] = set()
-        for handle, msg in self._producer.outgoing():
-            if isinstance(msg, ch.Heartbeat):
+        fresh_sent = False
+        for handle, msg in out:
+            if type(msg) is ch.Event and msg.seq == fresh:
+                if not fresh_sent:
+                    fresh_sent = True
+                    self._out.append((topic, InternalCommand(fresh, me, NIL, msg.content)))
+            elif isinstance(msg, ch.Heartbeat):
                 if msg.seq not in beat_sent:
                     beat_sent.add(msg.seq)
                     self._out.append(
@@ -343,7 +378,6 @@ class MasterState:
             else:
                 failed = RetransmitFailedCommand(msg.seq)
                 self._out.append((topic, InternalCommand(0, me, handle, failed)))
-        self._producer.events()  # nothing to do on lost clones: they ask again with nack 0
 
     def _pump(self) -> None:
         """Apply what writers delivered and translate channel output into commands."""

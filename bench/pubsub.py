@@ -1,0 +1,408 @@
+"""Publish/subscribe between processes over loopback: throughput, latency, and references.
+
+Usage: ``python bench/pubsub.py [--quick] [--json] [--no-broker14]``
+
+Rows (each a fresh set of processes; figures are messages per second unless
+the column says otherwise):
+
+- ``baseline``: a bare pure-Python loop, no endpoint: one process frames small
+  bodies (4-byte length + 40 bytes) in batches of 1,000 and writes them to a
+  loopback socket, another reads and cuts them apart. What plain Python can
+  move between two processes: the ceiling for the rows below.
+- ``publish``: a publisher endpoint calls ``publish`` once per message, a
+  subscriber endpoint in another process reads with ``get(1000, 1.0)``.
+- ``publish_batch``: the same with ``publish_batch`` of 1,000 messages per call.
+- ``latency``: about 10,000 messages per second, each carrying its send
+  time, read one at a time with ``get(timeout)``; median and p99 of receive
+  minus send time.
+- ``chain of 3``: publisher -> middle (subscribes to nothing) -> subscriber,
+  each in its own process, ``publish_batch`` of 1,000.
+- ``broker 1.4``: the ``publish`` and ``publish_batch`` rows through Debian's
+  ``python3-broker`` (Broker 1.4's Python bindings, run by ``/usr/bin/python3``)
+  when installed, with the ratio broker_spark / Broker 1.4 printed.
+
+broker_spark rows run with TLS off and on (anonymous TLS, the default).
+Messages are small: the count ``i`` on topic ``/bench/data``. The clock runs
+from the publisher's first call to the subscriber's last message, both read
+from the wall clock of the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "/bench/data"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+# -- workers (run in child processes; they import the implementation they measure) ----
+
+
+def _emit(**fields: Any) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def _wait_stdin(word: str) -> None:
+    for line in sys.stdin:
+        if line.strip() == word:
+            return
+
+
+def _endpoint(impl: str, tls: bool) -> tuple[Any, Any]:
+    if impl == "broker14":
+        import broker  # Debian's python3-broker
+    else:
+        sys.path.insert(0, str(ROOT))
+        import broker_spark as broker  # type: ignore[no-redef]
+    opts = broker.BrokerOptions()
+    opts.disable_ssl = not tls
+    return broker, broker.Endpoint(broker.Configuration(opts))
+
+
+def _wait_subscribed(ep: Any, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any(TOPIC.startswith(str(t)) for t in ep.peer_subscriptions()):
+            return
+        time.sleep(0.01)
+    raise SystemExit("subscription never arrived")
+
+
+def worker_sub(args: argparse.Namespace) -> None:
+    broker, ep = _endpoint(args.impl, args.tls)
+    sub = ep.make_subscriber(TOPIC, 2000)
+    _emit(port=ep.listen("127.0.0.1", 0))
+    n, got = args.n, 0
+    lat: list[int] = []
+    if args.mode == "latency":
+        # One at a time: get(n, timeout) would wait for n messages (Broker's semantics).
+        while got < n:
+            item = sub.get(1.0)
+            if item is not None:
+                lat.append(time.time_ns() - item[1])
+                got += 1
+    while got < n:
+        items = sub.get(1000, 1.0)
+        got += len(items)
+    _emit(done=time.time(), count=got, lat=_summary(lat))
+    _wait_stdin("exit")
+    ep.shutdown()
+
+
+def worker_mid(args: argparse.Namespace) -> None:
+    broker, ep = _endpoint(args.impl, args.tls)
+    port = ep.listen("127.0.0.1", 0)
+    if not ep.peer("127.0.0.1", args.port, 0):
+        raise SystemExit("middle could not peer")
+    _emit(port=port)
+    _wait_stdin("exit")
+    ep.shutdown()
+
+
+def worker_pub(args: argparse.Namespace) -> None:
+    broker, ep = _endpoint(args.impl, args.tls)
+    if not ep.peer("127.0.0.1", args.port, 0):
+        raise SystemExit("publisher could not peer")
+    _wait_subscribed(ep)
+    time.sleep(0.2)  # let every hop of a chain learn the subscription too
+    _emit(ready=True)
+    _wait_stdin("go")
+    n = args.n
+    start = time.time()
+    if args.mode == "publish":
+        publish = ep.publish
+        for i in range(n):
+            publish(TOPIC, i)
+    elif args.mode == "batch":
+        for base in range(0, n, 1000):
+            ep.publish_batch(*((TOPIC, i) for i in range(base, min(n, base + 1000))))
+    else:  # latency: ``rate`` messages per second, sent when due
+        # Sleep between sends (never spin: a spinning publisher would hold the
+        # GIL and starve the endpoint's own thread).
+        t0 = time.perf_counter()
+        publish = ep.publish
+        i = 0
+        while i < n:
+            due = min(n, int((time.perf_counter() - t0) * args.rate) + 1)
+            while i < due:
+                publish(TOPIC, time.time_ns())
+                i += 1
+            time.sleep(0.0002)
+    _emit(start=start, end=time.time())
+    _wait_stdin("exit")
+    ep.shutdown()
+
+
+def _summary(lat: list[int]) -> dict[str, float] | None:
+    if not lat:
+        return None
+    lat.sort()
+    return {
+        "median_ms": statistics.median(lat) / 1e6,
+        "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e6,
+    }
+
+
+BODY = b"\x00" * 40
+
+
+def worker_base_recv(args: argparse.Namespace) -> None:
+    srv = socket.create_server(("127.0.0.1", 0))
+    _emit(port=srv.getsockname()[1])
+    conn, _ = srv.accept()
+    n, got, buf = args.n, 0, b""
+    unpack = struct.Struct(">I").unpack_from
+    while got < n:
+        data = conn.recv(1 << 18)
+        if not data:
+            break
+        buf = buf + data if buf else data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            (size,) = unpack(buf, pos)
+            if end - pos - 4 < size:
+                break
+            body = buf[pos + 4 : pos + 4 + size]
+            got += 1 if body else 0
+            pos += 4 + size
+        buf = buf[pos:]
+    _emit(done=time.time(), count=got, lat=None)
+    conn.close()
+    srv.close()
+
+
+def worker_base_send(args: argparse.Namespace) -> None:
+    sock = socket.create_connection(("127.0.0.1", args.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    _emit(ready=True)
+    _wait_stdin("go")
+    pack = struct.Struct(">I").pack
+    start = time.time()
+    n = args.n
+    for base in range(0, n, 1000):
+        parts = []
+        for _ in range(min(1000, n - base)):
+            parts.append(pack(len(BODY)))
+            parts.append(BODY)
+        sock.sendall(b"".join(parts))
+    _emit(start=start, end=time.time())
+    sock.close()
+
+
+WORKERS = {
+    "sub": worker_sub,
+    "mid": worker_mid,
+    "pub": worker_pub,
+    "base-recv": worker_base_recv,
+    "base-send": worker_base_send,
+}
+
+# -- the coordinator ------------------------------------------------------------------------
+
+
+class Child:
+    def __init__(self, python: str, role: str, **opts: Any) -> None:
+        cmd = [python, str(Path(__file__).resolve()), "--worker", role]
+        for key, value in opts.items():
+            if value is True:
+                cmd.append(f"--{key}")
+            elif value not in (False, None):
+                cmd += [f"--{key}", str(value)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+
+    def read(self, timeout: float = 120.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError("worker did not answer")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def say(self, word: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(word + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+
+    def stop(self) -> None:
+        self.say("exit")
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    stream.close()
+
+
+def run(python: str, impl: str, mode: str, n: int, tls: bool, hops: int = 2, rate: int = 0) -> dict:
+    """One measurement: publisher -> (middle ->) subscriber in separate processes."""
+    opts = {"impl": impl, "n": n, "mode": mode, "tls": tls, "rate": rate}
+    children: list[Child] = []
+    try:
+        sub = Child(python, "sub", **opts)
+        children.append(sub)
+        port = sub.read()["port"]
+        for _ in range(hops - 2):
+            mid = Child(python, "mid", port=port, **opts)
+            children.append(mid)
+            port = mid.read()["port"]
+        pub = Child(python, "pub", port=port, **opts)
+        children.append(pub)
+        pub.read()  # ready
+        pub.say("go")
+        started = pub.read()
+        done = sub.read()
+        elapsed = done["done"] - started["start"]
+        return {"rate": done["count"] / elapsed, "seconds": elapsed, "latency": done["lat"]}
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+def run_baseline(n: int) -> dict:
+    recv = Child(sys.executable, "base-recv", n=n)
+    send = None
+    try:
+        port = recv.read()["port"]
+        send = Child(sys.executable, "base-send", port=port, n=n)
+        send.read()
+        send.say("go")
+        started = send.read()
+        done = recv.read()
+        elapsed = done["done"] - started["start"]
+        return {"rate": done["count"] / elapsed, "seconds": elapsed, "latency": None}
+    finally:
+        for child in (send, recv):
+            if child is not None:
+                child.stop()
+
+
+def broker14_available() -> bool:
+    if not shutil.which(SYSTEM_PYTHON):
+        return False
+    probe = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import broker"], capture_output=True, cwd="/", check=False
+    )
+    return probe.returncode == 0
+
+
+def best(repeat: int, fn: Any, *args: Any, **kwargs: Any) -> dict:
+    """The best of ``repeat`` runs (the machine is shared; the best is the least disturbed)."""
+    results = [fn(*args, **kwargs) for _ in range(repeat)]
+    return max(results, key=lambda r: r["rate"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", choices=sorted(WORKERS))
+    parser.add_argument("--impl", default="spark")
+    parser.add_argument("--mode", default="publish")
+    parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--n", type=int, default=0)
+    parser.add_argument("--rate", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="fewer messages, one run each")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-broker14", action="store_true", help="skip python3-broker")
+    args = parser.parse_args()
+    if args.worker:
+        WORKERS[args.worker](args)
+        return
+
+    quick = args.quick
+    n_pub = 50_000 if quick else 200_000
+    n_batch = 200_000 if quick else 1_000_000
+    n_lat = 10_000 if quick else 30_000
+    repeat = 1 if quick else 2
+    py = sys.executable
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, result: dict, **extra: Any) -> None:
+        row = {"row": name, **result, **extra}
+        rows.append(row)
+        if not args.json:
+            print(f"  measured {name}: {result['rate']:,.0f}/s", file=sys.stderr)
+
+    add("baseline: bare framing loop, 2 processes", best(repeat, run_baseline, n_batch * 2))
+    for tls in (False, True):
+        t = "TLS" if tls else "plain"
+        add(
+            f"publish, 1 call per message ({t})",
+            best(repeat, run, py, "spark", "publish", n_pub, tls),
+        )
+        add(f"publish_batch of 1,000 ({t})", best(repeat, run, py, "spark", "batch", n_batch, tls))
+        lat = run(py, "spark", "latency", n_lat, tls, rate=args.rate)
+        add(f"latency at {args.rate:,} msg/s ({t})", lat)
+    add(
+        "chain of 3 processes, publish_batch (plain)",
+        best(repeat, run, py, "spark", "batch", n_batch, False, hops=3),
+    )
+    if not args.no_broker14 and broker14_available():
+        add(
+            "Broker 1.4: publish, 1 call per message (plain)",
+            best(repeat, run, SYSTEM_PYTHON, "broker14", "publish", n_pub // 2, False),
+        )
+        add(
+            "Broker 1.4: publish_batch of 1,000 (plain)",
+            best(repeat, run, SYSTEM_PYTHON, "broker14", "batch", n_pub, False),
+        )
+    report(rows, args.json)
+
+
+def report(rows: list[dict[str, Any]], as_json: bool) -> None:
+    by = {r["row"]: r for r in rows}
+    ratios = {}
+    for kind in ("publish, 1 call per message", "publish_batch of 1,000"):
+        ours = by.get(f"{kind} (plain)")
+        theirs = by.get(f"Broker 1.4: {kind} (plain)")
+        if ours and theirs:
+            ratios[kind] = ours["rate"] / theirs["rate"]
+    tls_cost = {}
+    for kind in ("publish, 1 call per message", "publish_batch of 1,000"):
+        plain, tls = by.get(f"{kind} (plain)"), by.get(f"{kind} (TLS)")
+        if plain and tls:
+            tls_cost[kind] = 1 - tls["rate"] / plain["rate"]
+    if as_json:
+        print(
+            json.dumps({"rows": rows, "ratio_vs_broker14": ratios, "tls_cost": tls_cost}, indent=2)
+        )
+        return
+    print("| row | messages/s | median latency | p99 latency |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        lat = r.get("latency") or {}
+        med = f"{lat['median_ms']:.3f} ms" if lat else ""
+        p99 = f"{lat['p99_ms']:.3f} ms" if lat else ""
+        print(f"| {r['row']} | {r['rate']:,.0f} | {med} | {p99} |")
+    for kind, ratio in ratios.items():
+        print(f"\nbroker_spark / Broker 1.4, {kind}: {ratio:.1f}x")
+    for kind, cost in tls_cost.items():
+        print(f"TLS cost, {kind}: {cost:.0%}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

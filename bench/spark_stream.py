@@ -1,0 +1,365 @@
+"""Spark end to end: Zeek events into a streaming query, and a DataFrame out to a subscriber.
+
+Usage: ``python bench/spark_stream.py [--quick] [--json] [--seconds S] [--rows N]``
+
+What is measured, on a local SparkSession (``local[2]``), in one run:
+
+- **read**: a publisher *process* publishes small Zeek events (``publish_batch``
+  of 1,000, as fast as the peering lets it) to the query's endpoint, which
+  peers with it; the query is ``readStream.format("broker")`` (default schema:
+  ``topic``, ``data`` as Zeek JSON, ``sender``, ``received_at``, ``offset``)
+  into the ``noop`` sink with a processing-time trigger. Sustained rows per
+  second over the batches that carried data, and the delay from publish to
+  the end of the batch that held the row, for the oldest and the newest row
+  of each batch (the publisher logs its clock every 1,000 messages; spool
+  offsets are dense and in publish order, so a batch's offsets name its
+  rows). Run twice: partitions carrying their records (``inline``, the
+  default) and executors reading a shared spool (``spool``).
+  A third run paces the publisher at 20,000 events/s, below what the query
+  keeps up with, for the delay of a query that is not saturated (a
+  saturated one's delay is its backlog).
+- **ceiling**: Spark's built-in ``rate-micro-batch`` source into the same sink
+  with the same trigger, in the same session: what Spark itself manages here.
+- **write**: ``spark.range(N)`` as ``topic``, ``n``, ``uid``, ``x`` columns (a
+  vector per row) written with ``df.write.format("broker")`` to a subscribing
+  endpoint in another process; rows per second from the start of ``save()``
+  until it returned (every task waits for the subscriber's acknowledgement).
+
+``--quick`` shortens everything (a smoke test); ``--json`` prints the figures
+as JSON instead of a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import broker_spark as broker  # noqa: E402
+from broker_spark.config import BrokerOptions, Configuration  # noqa: E402
+
+TOPIC = "zeek/bench/"
+TRIGGER = "500 milliseconds"
+BATCH = 1000
+MARK_EVERY = 1000
+PACED_RATE = 20_000.0
+
+
+def _config() -> Configuration:
+    return Configuration(BrokerOptions(disable_ssl=True, publisher_buffer_size=8192))
+
+
+# --- the processes on the Broker side ---------------------------------------------------------
+
+
+def _publisher(conn: Any, seconds: float, rate: float | None = None) -> None:
+    """Listen, wait for the query to subscribe, publish events for ``seconds``; log the clock.
+
+    As fast as the peering takes them, or ``rate`` events per second.
+    """
+    one, event = broker.Count(1), broker.Count(1)
+    with broker.Endpoint(_config()) as ep:
+        conn.send(ep.listen("127.0.0.1", 0))
+        while not ep.peer_subscriptions():
+            time.sleep(0.01)
+        conn.send("subscribed")
+        marks: list[tuple[int, float]] = [(0, time.time())]
+        sent = 0
+        began = time.monotonic()
+        stop = began + seconds
+        topic = TOPIC + "conn"
+        size = BATCH if rate is None else max(1, min(BATCH, int(rate / 100)))
+        while time.monotonic() < stop:
+            if rate is not None:
+                ahead = began + sent / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            ep.publish_batch(
+                *[
+                    (topic, (one, event, ("conn_seen", (broker.Count(i), "CHhAvVGS1DHFjwGM9"))))
+                    for i in range(sent, sent + size)
+                ]
+            )
+            sent += size
+            if sent % MARK_EVERY < size:
+                marks.append((sent, time.time()))
+        conn.send((sent, marks))
+        conn.recv()  # the query has read everything
+
+
+def _subscriber(conn: Any, expected: int) -> None:
+    """Listen, count what arrives on the output topic, report the rate."""
+    from broker_spark.spark.endpoint_access import RawSubscription
+
+    with broker.Endpoint(_config()) as ep:
+        sub = RawSubscription(ep, ["bench/out"], 8192)
+        conn.send(ep.listen("127.0.0.1", 0))
+        got, first, last = 0, 0.0, 0.0
+        while got < expected:
+            items = sub.take(65536, 60.0)
+            if not items:
+                break
+            if not first:
+                first = time.time()
+            got += len(items)
+            last = time.time()
+        conn.send((got, first, last))
+        sub.close()
+
+
+# --- Spark -------------------------------------------------------------------------------------
+
+
+def _session() -> Any:
+    from broker_spark.spark.java import require_java
+
+    require_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("broker-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _progress_time(p: dict) -> float:
+    start = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+    return start + p["durationMs"].get("triggerExecution", 0) / 1000
+
+
+def _interpolate(marks: list[tuple[int, float]], index: int) -> float:
+    """When message ``index`` was published (linear between the logged marks)."""
+    lo, hi = 0, len(marks) - 1
+    if index >= marks[hi][0]:
+        return marks[hi][1]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if marks[mid][0] <= index:
+            lo = mid
+        else:
+            hi = mid
+    (n0, t0), (n1, t1) = marks[lo], marks[hi]
+    return t0 + (t1 - t0) * (index - n0) / max(1, n1 - n0)
+
+
+def _sustained(progress: list[dict]) -> tuple[float, int, float]:
+    """Rows per second over the batches that had rows (first start to last end)."""
+    busy = [p for p in progress if p["numInputRows"]]
+    if not busy:
+        return 0.0, 0, 0.0
+    rows = sum(p["numInputRows"] for p in busy)
+    start = _progress_time(busy[0]) - busy[0]["durationMs"].get("triggerExecution", 0) / 1000
+    elapsed = _progress_time(busy[-1]) - start
+    return rows / elapsed, rows, elapsed
+
+
+def bench_read(
+    spark: Any, seconds: float, partition_data: str, rate: float | None = None
+) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_publisher, args=(theirs, seconds, rate), daemon=True)
+    proc.start()
+    port = ours.recv()
+    spool = tempfile.mkdtemp(prefix="bench-spool-")
+    reader = (
+        spark.readStream.format("broker")
+        .option("topics", TOPIC)
+        .option("peer", f"127.0.0.1:{port}")
+        .option("ssl.disable", "true")
+        .option("partitionData", partition_data)
+        .option("spoolPath", spool)
+    )
+    query = reader.load().writeStream.format("noop").trigger(processingTime=TRIGGER).start()
+    try:
+        assert ours.recv() == "subscribed"
+        sent, marks = ours.recv()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = sum(p["numInputRows"] for p in query.recentProgress)
+            if done >= sent or query.exception() is not None:
+                break
+            time.sleep(0.2)
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        ours.send("done")
+        proc.join(10)
+    rate, rows, elapsed = _sustained(progress)
+    oldest, newest = [], []
+    for p in progress:
+        if not p["numInputRows"]:
+            continue
+        src = p["sources"][0]
+        start = json.loads(src["startOffset"])["offset"] if src["startOffset"] else 0
+        end = json.loads(src["endOffset"])["offset"]
+        finished = _progress_time(p)
+        oldest.append(finished - _interpolate(marks, start))
+        newest.append(finished - _interpolate(marks, end - 1))
+    return {
+        "partition_data": partition_data,
+        "paced_rate": rate,
+        "published": sent,
+        "publish_rate": sent / max(1e-9, marks[-1][1] - marks[0][1]),
+        "rows": rows,
+        "rows_per_s": rate,
+        "seconds": elapsed,
+        "batches": len(oldest),
+        "delay_oldest_median_s": statistics.median(oldest) if oldest else None,
+        "delay_oldest_max_s": max(oldest) if oldest else None,
+        "delay_newest_median_s": statistics.median(newest) if newest else None,
+    }
+
+
+def bench_rate_ceiling(spark: Any, seconds: float, rows_per_batch: int) -> dict[str, Any]:
+    query = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    try:
+        time.sleep(seconds)
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+    rate, rows, elapsed = _sustained(progress[1:])  # the first batch warms up
+    return {"rows_per_batch": rows_per_batch, "rows": rows, "rows_per_s": rate, "seconds": elapsed}
+
+
+def bench_write(spark: Any, rows: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_subscriber, args=(theirs, rows), daemon=True)
+    proc.start()
+    port = ours.recv()
+    df = spark.range(rows, numPartitions=2).selectExpr(
+        "'bench/out' AS topic",
+        "id AS n",
+        "'CHhAvVGS1DHFjwGM9' AS uid",
+        "CAST(id AS DOUBLE) * 0.5 AS x",
+    )
+    start = time.time()
+    (
+        df.write.format("broker")
+        .mode("append")
+        .option("peer", f"127.0.0.1:{port}")
+        .option("ssl.disable", "true")
+        .save()
+    )
+    elapsed = time.time() - start
+    got, first, last = ours.recv()
+    proc.join(10)
+    return {
+        "rows": rows,
+        "received": got,
+        "rows_per_s": rows / elapsed,
+        "seconds": elapsed,
+        "subscriber_rows_per_s": got / max(1e-9, last - first) if first else 0.0,
+    }
+
+
+def _warm_up(spark: Any) -> None:
+    """One small write and read, so the first measured query does not pay Spark's start-up."""
+    spark.range(10).selectExpr("id").collect()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--seconds", type=float, default=None, help="publishing time per read run")
+    parser.add_argument("--rows", type=int, default=None, help="rows to write")
+    args = parser.parse_args()
+    seconds = args.seconds or (3.0 if args.quick else 20.0)
+    rows = args.rows or (100_000 if args.quick else 2_000_000)
+
+    spark = _session()
+    try:
+        _warm_up(spark)
+        results = {
+            "read_inline": bench_read(spark, seconds, "inline"),
+            "read_spool": bench_read(spark, seconds, "spool"),
+            "read_paced": bench_read(spark, seconds, "inline", PACED_RATE),
+            "rate_ceiling": bench_rate_ceiling(spark, seconds, 1_000_000),
+            "write": bench_write(spark, rows),
+            "cpus": os.cpu_count(),
+        }
+    finally:
+        spark.stop()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    _table(results)
+
+
+def _fmt(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _table(r: dict[str, Any]) -> None:
+    print(f"Spark end to end on {r['cpus']} cores (local[2], trigger {TRIGGER}, noop sink)\n")
+    print("| measurement | rows/s | rows | seconds | publish -> batch end, median (max) |")
+    print("|---|---:|---:|---:|---|")
+    paced = f"read, inline, paced at {PACED_RATE:,.0f} events/s"
+    for key, label in (
+        ("read_inline", "read, inline partitions"),
+        ("read_spool", "read, shared spool"),
+        ("read_paced", paced),
+    ):
+        x = r[key]
+        delay = (
+            f"oldest row {_fmt(x['delay_oldest_median_s'], 2)} s "
+            f"({_fmt(x['delay_oldest_max_s'], 2)} s), "
+            f"newest {_fmt(x['delay_newest_median_s'], 2)} s"
+        )
+        print(
+            f"| {label} | {_fmt(x['rows_per_s'])} | {x['rows']:,} | {_fmt(x['seconds'], 1)} | {delay} |"
+        )
+    c = r["rate_ceiling"]
+    print(
+        f"| ceiling: rate-micro-batch ({c['rows_per_batch']:,}/batch) | {_fmt(c['rows_per_s'])} "
+        f"| {c['rows']:,} | {_fmt(c['seconds'], 1)} | |"
+    )
+    w = r["write"]
+    print(
+        f"| write: df.write to a subscriber | {_fmt(w['rows_per_s'])} | {w['rows']:,} "
+        f"| {_fmt(w['seconds'], 1)} | subscriber saw {w['received']:,} at "
+        f"{_fmt(w['subscriber_rows_per_s'])}/s |"
+    )
+    x = r["read_inline"]
+    print(
+        f"\nThe publisher offered {_fmt(x['publish_rate'])} events/s "
+        "(it is slowed down by the flow control of the peering when the query lags)."
+    )
+
+
+if __name__ == "__main__":
+    main()

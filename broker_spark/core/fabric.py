@@ -1,0 +1,296 @@
+"""Version 2 on real links: the multi-hop fabric of one endpoint.
+
+Two broker_spark endpoints whose hellos both offer version 2 route with the
+developer guide's design (``protocol/routing.py``, ``protocol/multipath.py``):
+subscriptions flood with their paths, every endpoint knows versioned paths to
+all others, and each publication travels along a multipath, so endpoints that
+subscribe to nothing still forward and loops never duplicate a message.
+
+The :class:`Fabric` glues those sans-I/O pieces to the core without changing
+how the core routes. Every version 2 link advertises, as its filter, the union
+of the filters of all reachable version 2 endpoints, so the core hands it each
+local publication that anyone in the fabric wants; the link then asks
+:meth:`Fabric.header_for` whether its peer is the first hop of a branch of
+that publication's multipath (and with which subtree), which the fabric
+answers from a per-topic cache. Routed messages that arrive are forwarded here,
+hop to hop, without ever decoding their payload; only a copy for this endpoint
+enters the core, carrying the publisher as sender, so the core delivers it to
+local subscribers and to version 1 peers (a gateway to Zeek), never back into
+the fabric, which routed it already.
+
+``disable_forwarding`` makes a leaf: it floods only its own subscription and
+revocations, so no path ever runs through it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from broker_spark.core.message import DATA
+from broker_spark.data.varbyte import read_varbyte
+from broker_spark.errors import EC, SC, BrokerError, DecodeError
+from broker_spark.protocol.multipath import Forwarder
+from broker_spark.protocol.routing import (
+    EndpointDiscovered,
+    EndpointUnreachable,
+    Router,
+)
+from broker_spark.protocol.v2_messages import (
+    COMMAND_V2,
+    DATA_V2,
+    PathRevocation,
+    RoutedMessage,
+    SubscriptionUpdate,
+    decode_v2,
+    encode_v2,
+    encode_v2_parts,
+)
+from broker_spark.status import EndpointInfo, Status
+from broker_spark.topic import Filter
+
+if TYPE_CHECKING:
+    from broker_spark.core.connection import PeerConnection
+    from broker_spark.core.peering import Peering
+    from broker_spark.core.tcp_link import TcpLink
+
+__all__ = ["Fabric"]
+
+#: Topics whose branch tables are cached before the cache starts over.
+BRANCH_CACHE_SIZE = 4096
+
+_U32 = struct.Struct(">I").pack
+
+
+def plan_payload(body: bytes) -> bytes:
+    """The payload of a routed body whose header needed the full decoder."""
+    _sender, _receiver, msg = decode_v2(body)
+    assert isinstance(msg, RoutedMessage)
+    return msg.payload
+
+
+class Fabric:
+    """Router and forwarder of one endpoint, wired to its version 2 links."""
+
+    def __init__(self, peering: Peering) -> None:
+        self.peering = peering
+        self.core = peering.core
+        self.own = peering.node_id
+        self.router = Router(self.own)
+        self.forwarder = Forwarder(self.router)
+        self.links: dict[bytes, TcpLink] = {}
+        self.leaf = not self.core.forwarding
+        #: Bumped whenever routes or filters change; links key their header caches on it.
+        self.version = 0
+        #: Union of the filters of every reachable version 2 endpoint.
+        self.union: tuple[str, ...] = ()
+        #: Reachable endpoints as id strings, readable from any thread.
+        self.reachable_strs: frozenset[str] = frozenset()
+        self._routes_version = -1
+        self._branches: dict[str, dict[bytes, bytes]] = {}
+        self._removing: bytes | None = None
+        self._blocked: list[PeerConnection] = []
+        # Per distinct routed header: what this hop does (see receive_routed).
+        self._hops: dict[bytes | None, tuple] = {}
+        self._hops_version = -1
+        #: The multipath of a copy that ends here: us, flagged, no children.
+        self.leaf_multipath = self.own + b"\x01\x00"
+
+    # -- links ---------------------------------------------------------------------
+
+    def add_link(self, link: TcpLink) -> None:
+        self.links[link.peer_id] = link
+        self.router.add_neighbor(link.peer_id)
+        self.flush()
+        self.core.on_link_filter(link, self.union)
+
+    def remove_link(self, link: TcpLink) -> None:
+        if self.links.get(link.peer_id) is not link:
+            return
+        del self.links[link.peer_id]
+        self._removing = link.peer_id
+        try:
+            self.router.remove_neighbor(link.peer_id)
+            self.flush()
+        finally:
+            self._removing = None
+
+    def reachable(self, node: bytes) -> bool:
+        return self.router.is_reachable(node)
+
+    def set_filter(self, prefixes: tuple[str, ...]) -> None:
+        if self.router.set_filter(prefixes):
+            self.flush()
+
+    # -- receiving -------------------------------------------------------------------
+
+    def receive_routing(self, link: TcpLink, body: bytes) -> None:
+        """A SUBSCRIPTION or REVOCATION from ``link``'s peer."""
+        try:
+            _sender, _receiver, msg = decode_v2(body)
+            self.router.receive(link.peer_id, msg)
+        except BrokerError as exc:
+            # A peer that corrupts routing state cannot be trusted with more.
+            link.conn.fail(EC.InvalidMessage, f"invalid routing message: {exc}")
+            return
+        self.flush()
+
+    def receive_routed(self, link: TcpLink, body: bytes) -> tuple | None:
+        """A routed publication: forward its branches; return a tuple if it is for us.
+
+        What a hop does depends only on the header (type, TTL, topic, publisher,
+        multipath), never on the payload, so the plan -- deliver or not, and the
+        header for each child -- is computed once per distinct header and
+        cached until the routes change; each message then costs a slice, a
+        dict lookup and one send per branch.
+        """
+        try:
+            end = 37 + ((body[35] << 8) | body[36])
+            mp_len, mp_start = read_varbyte(body, end + 16)
+            mp_end = mp_start + mp_len
+            key = body[32:mp_end] if mp_end <= len(body) else None
+        except (IndexError, DecodeError):
+            key = None
+        if self._hops_version != self.version:
+            self._hops.clear()
+            self._hops_version = self.version
+        plan = self._hops.get(key) if key is not None else None
+        if plan is None:
+            plan = self._plan_hop(link, body if key is None else body[:mp_end])
+            if plan is None:
+                return None
+            if key is not None:
+                if len(self._hops) >= BRANCH_CACHE_SIZE:
+                    self._hops.clear()
+                self._hops[key] = plan
+        deliver, forwards = plan
+        payload = body[mp_end:] if key is not None else plan_payload(body)
+        for child, header in forwards:
+            target = self.links.get(child)
+            if target is None or target.closed:
+                continue
+            target.conn.send([_U32(len(header) + len(payload)), header, payload])
+            if target.conn.room() <= 0 and link.conn not in self._blocked:
+                # The next hop is backed up: stop reading from this one until it drains.
+                self._blocked.append(link.conn)
+                link.conn.pause_reading()
+        if deliver is None:
+            return None
+        topic, kind, ttl, publisher = deliver
+        return (topic, payload, kind, ttl, publisher)
+
+    def _plan_hop(self, link: TcpLink, head: bytes) -> tuple | None:
+        """Decode a routed message's header and work out what this hop does with it."""
+        try:
+            _sender, _receiver, msg = decode_v2(head)
+            if not isinstance(msg, RoutedMessage):
+                raise DecodeError("not a routed message")
+            result = self.forwarder.receive(msg)
+        except BrokerError as exc:
+            link._bad(f"invalid routed message: {exc}")
+            return None
+        forwards = [
+            (child, encode_v2_parts(self.own, child, fwd)[0]) for child, fwd in result.forwards
+        ]
+        deliver = None
+        if result.deliver:
+            kind = DATA if msg.kind == DATA_V2 else 2
+            deliver = (msg.topic, kind, msg.ttl, msg.publisher)
+        return deliver, forwards
+
+    def room_freed(self, conn: PeerConnection) -> None:
+        """``conn`` flushed its send buffer: resume hops that waited for it."""
+        if self._blocked and conn.room() > 0:
+            blocked, self._blocked = self._blocked, []
+            for c in blocked:
+                c.resume_reading()
+
+    # -- publishing ------------------------------------------------------------------
+
+    def header_for(
+        self, child: bytes, topic: str, kind: int, ttl: int, sender: bytes
+    ) -> bytes | None:
+        """The v2 header to put before a payload sent to neighbour ``child``, or None.
+
+        None when ``child`` is on no branch of the topic's multipath, and for
+        messages that came out of the fabric (their publisher is a known v2
+        endpoint): those were routed along their multipath already.
+        """
+        own = self.own
+        if sender != own and self.router.timestamp_of(sender) is not None:
+            return None
+        branches = self._branches.get(topic)
+        if branches is None:
+            if len(self._branches) >= BRANCH_CACHE_SIZE:
+                self._branches.clear()
+            plan, _unroutable = self.forwarder.plan(self.router.subscribers(topic))
+            branches = self._branches[topic] = dict(plan)
+        subtree = branches.get(child)
+        if subtree is None or ttl < 1:
+            return None
+        routed = RoutedMessage(
+            DATA_V2 if kind == DATA else COMMAND_V2, ttl, topic, sender, subtree, b""
+        )
+        return encode_v2_parts(own, child, routed)[0]
+
+    # -- the router's output -------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Send what the router wants sent, turn its events into statuses, refresh filters."""
+        router = self.router
+        own = self.own
+        for nb, msg in router.outgoing():
+            if self.leaf and not _own_message(msg, own):
+                continue
+            link = self.links.get(nb)
+            if link is not None and not link.closed:
+                link.send_body(encode_v2(own, nb, msg))
+        core = self.core
+        changed = False
+        for ev in router.events():
+            changed = True
+            node = ev.endpoint
+            if node in core.links:
+                continue
+            if isinstance(ev, EndpointDiscovered):
+                code = SC.EndpointDiscovered
+                text = "found a new endpoint in the network"
+            elif isinstance(ev, EndpointUnreachable) and node != self._removing:
+                code = SC.EndpointUnreachable
+                text = "lost the last path"
+            else:
+                continue
+            core.emit(Status(code, EndpointInfo(core.id_to_str(node)), text))
+        if router.routes_version != self._routes_version:
+            self._routes_version = router.routes_version
+            self.version += 1
+            self._branches.clear()
+            changed = True
+        if changed:
+            self._update_union()
+
+    def _update_union(self) -> None:
+        router = self.router
+        core = self.core
+        union = Filter()
+        reachable = router.reachable()
+        for node in reachable:
+            for prefix in router.filter_of(node) or ():
+                union.add(prefix)
+        self.reachable_strs = frozenset(core.id_to_str(n) for n in reachable)
+        new = tuple(union.prefixes())
+        if new != self.union:
+            self.union = new
+            for link in list(self.links.values()):
+                core.on_link_filter(link, new)
+            self.peering.refresh_filters()
+        core._notify_changed()
+
+
+def _own_message(msg: object, own: bytes) -> bool:
+    """Whether a leaf may send ``msg``: only its own subscription and revocations."""
+    if isinstance(msg, SubscriptionUpdate):
+        return msg.path == (own,)
+    if isinstance(msg, PathRevocation):
+        return msg.revoker == own
+    return False

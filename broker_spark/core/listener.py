@@ -1,0 +1,175 @@
+"""A listening socket of the peering: accept, tell TLS from plain, hand over to a connection.
+
+Why not ``loop.create_server(ssl=...)``: when asyncio's TLS handshake fails on
+an accepted socket, no protocol ever exists and the failure only reaches the
+loop's log, so the endpoint could not report it. Here each accepted socket is
+first *peeked at* (``MSG_PEEK`` leaves the bytes in the kernel): a TLS record
+goes to ``connect_accepted_socket(ssl=...)``, whose failure (unknown CA, no
+certificate, no shared cipher) we catch and report; plain Broker bytes on a
+TLS endpoint get a ``drop_conn(peer_incompatible)`` in plain text, so the
+other side learns why too, and an ``Error`` here. A plain endpoint needs no
+peek: the connection itself spots a TLS record in its first byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import TYPE_CHECKING
+
+from broker_spark.core.tls import looks_like_tls
+from broker_spark.errors import EC
+from broker_spark.protocol.framing import encode_frame
+from broker_spark.protocol.messages import DropConn, encode_handshake
+from broker_spark.status import NetworkInfo
+
+if TYPE_CHECKING:
+    from broker_spark.core.peering import Peering
+
+__all__ = ["Listener"]
+
+#: Connections accepted per readiness callback before yielding to the loop.
+ACCEPT_BATCH = 64
+
+
+def _bind(address: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.create_server((address, port), family=family, backlog=128)
+    sock.setblocking(False)
+    return sock
+
+
+class Listener:
+    """One listening socket, accepting peers on the endpoint's loop."""
+
+    def __init__(self, peering: Peering, address: str, port: int) -> None:
+        self.peering = peering
+        self.loop = peering.loop
+        self.sock = _bind(address, port)
+        self.port: int = self.sock.getsockname()[1]
+        self._sniffing: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
+        self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.peering.report(EC.CannotOpenResource, f"accept failed: {exc}")
+                return
+            sock.setblocking(False)
+            network = NetworkInfo(str(addr[0]), int(addr[1]))
+            if self.peering.tls is None:
+                self._start(sock, network, tls=False)
+            else:
+                self._sniff(sock, network)
+
+    def _start(self, sock: socket.socket, network: NetworkInfo, *, tls: bool) -> None:
+        peering = self.peering
+        task = self.loop.create_task(self._connect(sock, network, tls))
+        peering.tasks.add(task)
+        task.add_done_callback(peering.tasks.discard)
+
+    async def _connect(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
+        from broker_spark.core.connection import PeerConnection
+
+        peering = self.peering
+        ctx = peering.tls.server if (tls and peering.tls is not None) else None
+        try:
+            await self.loop.connect_accepted_socket(
+                lambda: PeerConnection(peering, "acceptor", network, tls=tls),
+                sock,
+                ssl=ctx,
+                ssl_handshake_timeout=peering.handshake_timeout if ctx else None,
+            )
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except Exception as exc:
+            sock.close()
+            reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
+            peering.report(
+                EC.PeerInvalid if "certificate" in str(reason).lower() else EC.PeerIncompatible,
+                f"{network!r}: TLS handshake failed: {reason} "
+                "(do both endpoints use the same TLS settings?)",
+            )
+
+    # -- telling TLS from plain ---------------------------------------------------------
+
+    def _sniff(self, sock: socket.socket, network: NetworkInfo) -> None:
+        fd = sock.fileno()
+        timer = self.loop.call_later(
+            self.peering.handshake_timeout, self._sniff_timeout, fd, network
+        )
+        self._sniffing[fd] = (sock, timer)
+        self.loop.add_reader(fd, self._sniffed, fd, network)
+
+    def _take(self, fd: int) -> socket.socket | None:
+        entry = self._sniffing.pop(fd, None)
+        if entry is None:
+            return None
+        sock, timer = entry
+        timer.cancel()
+        self.loop.remove_reader(fd)
+        return sock
+
+    def _sniff_timeout(self, fd: int, network: NetworkInfo) -> None:
+        sock = self._take(fd)
+        if sock is not None:
+            sock.close()
+            self.peering.report(
+                EC.PeerTimeout, f"{network!r}: no TLS handshake within the handshake timeout"
+            )
+
+    def _sniffed(self, fd: int, network: NetworkInfo) -> None:
+        entry = self._sniffing.get(fd)
+        if entry is None:
+            return
+        try:
+            head = entry[0].recv(8, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            head = b""
+        sock = self._take(fd)
+        if sock is None:
+            return
+        if not head:
+            sock.close()  # connected and left without a word (a port probe)
+            return
+        if looks_like_tls(head) or head[:1] == b"\x16":
+            self._start(sock, network, tls=True)
+            return
+        self._refuse_plain(sock)
+        self.peering.report(
+            EC.PeerIncompatible,
+            f"{network!r}: the peer speaks plain TCP but this endpoint requires TLS "
+            "(disable_ssl differs between the two endpoints)",
+        )
+
+    def _refuse_plain(self, sock: socket.socket) -> None:
+        """Tell a plain-text peer, in its own language, why it is turned away."""
+        drop = DropConn(
+            self.peering.node_id,
+            int(EC.PeerIncompatible),
+            "this endpoint requires TLS (disable_ssl differs between the two endpoints)",
+        )
+        with contextlib.suppress(OSError):
+            while sock.recv(65536):  # drain, so closing sends FIN rather than RST
+                pass
+        with contextlib.suppress(OSError):
+            sock.send(encode_frame(encode_handshake(drop)))
+            sock.shutdown(socket.SHUT_WR)
+        sock.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        for fd in list(self._sniffing):
+            sock = self._take(fd)
+            if sock is not None:
+                sock.close()

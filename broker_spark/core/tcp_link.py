@@ -1,0 +1,334 @@
+"""The core's view of a peer reached over TCP: node messages in and out (phase 3).
+
+A :class:`TcpLink` exists once its :class:`~broker_spark.core.connection.PeerConnection`
+finished the handshake. It turns the core's message tuples into envelopes and
+received envelopes into tuples, and handles the control messages of WIRE.md:
+``routing_update`` (the peer's new filter), ``ping``/``pong`` (answered at
+once; the ``BYE`` goodbye on unpeer and shutdown) and, on a version 2 link, the
+routing messages and routed publications of the multi-hop fabric
+(:mod:`broker_spark.core.fabric`).
+
+Both directions sit on the hot path, so envelopes are built from a cached
+header per (topic, type, TTL) plus the payload, and parsed inline with the
+same checks as :func:`~broker_spark.protocol.messages.decode_node_message`.
+In version 1 the sender field always names us (the last hop), which is the
+rewrite a forwarding hop does; the core has already decremented the TTL.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import TYPE_CHECKING
+
+from broker_spark.core.link import Link
+from broker_spark.errors import EC, SC, BrokerError, DecodeError
+from broker_spark.protocol.framing import encode_frame
+from broker_spark.protocol.messages import (
+    BROADCAST,
+    ENVELOPE_HEADER_SIZE,
+    MSG_COMMAND,
+    MSG_DATA,
+    MSG_PING,
+    MSG_PONG,
+    MSG_ROUTING_UPDATE,
+    bye_token,
+    decode_filter,
+    decode_node_message,
+    encode_ping,
+    encode_pong_for,
+    encode_routing_update,
+)
+from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
+from broker_spark.status import NetworkInfo, PeerFlags
+
+if TYPE_CHECKING:
+    from broker_spark.core.connection import PeerConnection
+    from broker_spark.core.peering import Peering
+
+__all__ = ["TcpLink", "frame_prefix"]
+
+_U32 = struct.Struct(">I").pack
+_HEAD = struct.Struct(">BHH").pack
+
+#: Cached envelope headers per link before the cache starts over.
+HEAD_CACHE_SIZE = 4096
+
+#: Payload of our keep-alive pings: anything that is not a goodbye token.
+KEEPALIVE = b"ALIVE"
+
+
+def frame_prefix(size: int) -> bytes:
+    """The 4-byte length prefix of a frame whose body has ``size`` bytes."""
+    return _U32(size)
+
+
+class TcpLink(Link):
+    """One peered TCP/TLS connection, as the core sees it."""
+
+    __slots__ = (
+        "conn",
+        "peering",
+        "version",
+        "own_id",
+        "sent_filter",
+        "bye_received",
+        "bye_token",
+        "_heads",
+        "_v2_heads",
+        "_v2_version",
+    )
+
+    def __init__(
+        self,
+        peering: Peering,
+        conn: PeerConnection,
+        peer_id: bytes,
+        version: int,
+        network: NetworkInfo,
+        flags: PeerFlags,
+    ) -> None:
+        super().__init__(peering.core, peer_id, network=network, flags=flags)
+        self.conn = conn
+        self.peering = peering
+        self.version = version
+        self.own_id = peering.node_id
+        self.sent_filter: tuple[str, ...] = ()
+        self.bye_received = False
+        self.bye_token: bytes | None = None
+        self._heads: dict[tuple[str, int, int], bytes] = {}
+        self._v2_heads: dict[tuple[str, int, int, bytes], bytes | None] = {}
+        self._v2_version = -1
+        self.source.on_room = conn.resume_reading
+
+    # -- the Link contract (called by the core) --------------------------------
+
+    def room(self) -> int:
+        return self.conn.room()
+
+    def want_room(self) -> None:
+        self.conn.want_room()
+
+    def deliver(self, msgs: list) -> None:
+        if self.closed:
+            return
+        if self.version >= 2:
+            self._deliver_v2(msgs)
+            return
+        heads = self._heads
+        parts: list[bytes] = []
+        extend = parts.extend
+        topic = None
+        ttl = kind = -1
+        head = b""
+        size = 0
+        for m in msgs:
+            if m[0] is not topic or m[3] != ttl or m[2] != kind:
+                topic, kind, ttl = m[0], m[2], m[3]
+                key = (topic, kind, ttl)
+                head = heads.get(key) or self._head(key)
+                size = len(head)
+            payload = m[1]
+            extend((_U32(size + len(payload)), head, payload))
+        self.conn.send(parts, len(msgs))
+
+    def _head(self, key: tuple[str, int, int]) -> bytes:
+        topic, kind, ttl = key
+        raw = topic.encode("utf-8")
+        head = b"".join((self.own_id, BROADCAST, _HEAD(kind, ttl, len(raw)), raw))
+        if len(self._heads) >= HEAD_CACHE_SIZE:
+            self._heads.clear()
+        self._heads[key] = head
+        return head
+
+    def _deliver_v2(self, msgs: list) -> None:
+        fabric = self.peering.fabric
+        heads = self._v2_heads
+        if self._v2_version != fabric.version or len(heads) >= HEAD_CACHE_SIZE:
+            heads.clear()
+            self._v2_version = fabric.version
+        parts: list[bytes] = []
+        extend = parts.extend
+        count = 0
+        topic = sender = None
+        ttl = kind = -1
+        head: bytes | None = None
+        size = 0
+        for m in msgs:
+            if m[0] is not topic or m[4] is not sender or m[3] != ttl or m[2] != kind:
+                topic, kind, ttl, sender = m[0], m[2], m[3], m[4]
+                key = (topic, kind, ttl, sender)
+                head = heads.get(key, False)  # type: ignore[arg-type]
+                if head is False:
+                    head = heads[key] = fabric.header_for(self.peer_id, *key)
+                size = len(head) if head is not None else 0
+            if head is None:
+                continue
+            payload = m[1]
+            extend((_U32(size + len(payload)), head, payload))
+            count += 1
+        if count:
+            self.conn.send(parts, count)
+
+    def send_filter(self, prefixes: tuple[str, ...]) -> None:
+        # Our advertised filter also depends on the other peers' filters.
+        self.peering.refresh_filters()
+
+    def announce(self, prefixes: tuple[str, ...]) -> None:
+        """Send a version 1 routing_update with our filter for this peer, if it changed."""
+        if prefixes != self.sent_filter and not self.closed:
+            self.sent_filter = prefixes
+            self.send_body(encode_routing_update(self.own_id, self.peer_id, prefixes))
+
+    def close(self, reason: SC = SC.PeerLost) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.source.close()
+        peering = self.peering
+        peering.link_closed(self, reason)
+        conn = self.conn
+        if conn.closing:
+            return
+        if self.bye_received:
+            conn.close()
+            return
+        self._send_bye()
+        if peering.core.closed:
+            conn.close()  # shutting down: no waiting for the pong
+            return
+        # Unpeer: close on the matching pong, or after a while.
+        conn.closing = True
+        conn.set_timer(peering.bye_timeout, conn.close)
+
+    def _send_bye(self) -> None:
+        token = self.bye_token = bye_token(int.from_bytes(os.urandom(8), "little"))
+        self.conn.send_now(encode_frame(encode_ping(self.own_id, self.peer_id, token)))
+
+    # -- sending control messages ----------------------------------------------------
+
+    def send_body(self, body: bytes) -> None:
+        self.conn.send([_U32(len(body)), body])
+
+    def send_keepalive(self) -> None:
+        self.send_body(encode_ping(self.own_id, self.peer_id, KEEPALIVE))
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def receive(self, bodies: list[bytes]) -> None:
+        """Frames from the peer: data and commands to the core, the rest handled here."""
+        batch = []
+        append = batch.append
+        pid = self.peer_id
+        own = self.own_id
+        v2 = self.version >= 2
+        leaf = self.peering.fabric.leaf_multipath
+        leaf_len = len(leaf)
+        for body in bodies:
+            size = len(body)
+            if size <= ENVELOPE_HEADER_SIZE - 1:
+                self._bad(f"truncated envelope of {size} bytes")
+                continue
+            kind = body[32]
+            if kind == DATA_V2 and v2:
+                # Inline fast path: a publication for which we are a leaf receiver.
+                end = ENVELOPE_HEADER_SIZE + ((body[35] << 8) | body[36])
+                start = end + 17
+                if (
+                    size > start
+                    and body[end + 16] == leaf_len
+                    and body.startswith(leaf, start)
+                    and (body[33] or body[34])
+                ):
+                    try:
+                        topic = body[ENVELOPE_HEADER_SIZE:end].decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass  # the full decoder reports it
+                    else:
+                        append(
+                            (
+                                topic,
+                                body[start + leaf_len :],
+                                MSG_DATA,
+                                (body[33] << 8) | body[34],
+                                body[end : end + 16],
+                            )
+                        )
+                        continue
+            if kind in (MSG_DATA, MSG_COMMAND):
+                if not body.startswith(BROADCAST, 16) and not body.startswith(own, 16):
+                    continue  # addressed to another endpoint: not routed in version 1
+                end = ENVELOPE_HEADER_SIZE + ((body[35] << 8) | body[36])
+                if end > size:
+                    self._bad("envelope topic runs past the end of the frame")
+                    continue
+                try:
+                    topic = body[ENVELOPE_HEADER_SIZE:end].decode("utf-8")
+                except UnicodeDecodeError:
+                    self._bad("envelope topic is not UTF-8")
+                    continue
+                append((topic, body[end:], kind, (body[33] << 8) | body[34], pid))
+            elif kind >= DATA_V2 and self.version >= 2:
+                if kind <= COMMAND_V2:
+                    msg = self.peering.fabric.receive_routed(self, body)
+                    if msg is not None:
+                        append(msg)
+                elif kind <= REVOCATION:
+                    self.peering.fabric.receive_routing(self, body)
+                else:
+                    self._bad(f"unknown message type 0x{kind:02x}")
+                if self.closed:
+                    return
+            else:
+                self._control(body)
+                if self.closed:
+                    return
+        if batch:
+            source = self.source
+            source.offer(batch)
+            if source.room() <= 0:
+                source.want_room()
+                self.conn.pause_reading()
+
+    def _control(self, body: bytes) -> None:
+        try:
+            msg = decode_node_message(body)
+        except DecodeError as exc:
+            self._bad(str(exc))
+            return
+        kind = msg.msg_type
+        if kind == MSG_ROUTING_UPDATE:
+            try:
+                prefixes = decode_filter(msg.payload)
+            except BrokerError as exc:
+                self._bad(f"invalid routing_update: {exc}")
+                return
+            self.peering.peer_filter(self, prefixes)
+        elif kind == MSG_PING:
+            self.send_body(encode_pong_for(msg, self.own_id))
+            if msg.payload_bytes.startswith(b"BYE") and len(msg.payload) == 11:
+                self.bye_received = True
+                self.peering.link_lost(self, SC.PeerRemoved)
+        elif (
+            kind == MSG_PONG and self.bye_token is not None and msg.payload_bytes == self.bye_token
+        ):
+            self.conn.close()
+
+    def receive_after_close(self, bodies: list[bytes]) -> None:
+        """After our goodbye ping: close as soon as its pong arrives."""
+        token = self.bye_token
+        for body in bodies:
+            if (
+                token is not None
+                and len(body) > 32
+                and body[32] == MSG_PONG
+                and body.endswith(token)
+            ):
+                self.conn.close()
+                return
+
+    def _bad(self, what: str) -> None:
+        """An envelope we cannot parse: dropped (as Broker does), and reported."""
+        self.peering.report(
+            EC.InvalidMessage, f"dropped an invalid message from {self.peer_str}: {what}", self
+        )

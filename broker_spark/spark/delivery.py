@@ -1,0 +1,139 @@
+"""When may a writer task say its messages were delivered? When the first peer has taken them.
+
+Spark retries a failed task, and the promise (as for Spark's Kafka sink) is
+at-least-once: a task's ``write`` must not return before its messages have
+left the process and reached the peer, or a crash right after ``write``
+returned would lose them silently. :func:`acknowledged_flush` waits for that,
+and is the last thing a writer task does with its (private, short-lived)
+endpoint:
+
+1. the core has taken everything from the publish queue and handed it to
+   the links (nothing queued, nothing held back for lack of room);
+2. native peers: a ``ping`` (WIRE.md) goes out behind everything else on
+   each connection, and the task waits for its ``pong``. A peer reads in
+   order and answers a ping only after reading every earlier message, so
+   the pong means it has taken them all. The link closes the connection
+   when that pong arrives (the mechanism ``unpeer`` uses for its goodbye,
+   here with a token that is not ``BYE``), which is the signal we wait for
+   and is what the task wants next anyway. Why not ``unpeer`` itself: a
+   peer that receives data and the goodbye in one read currently drops the
+   data read with it (the link closes before handing the batch to the
+   core), so a goodbye right after publishing loses messages;
+3. WebSocket bridges: once the link's writer has sent everything, a
+   WebSocket ``ping`` frame is sent and its ``pong`` awaited (a server
+   answers after reading every earlier frame).
+
+The peering code offers no "flush and confirm" call of its own, so this
+module reaches into the endpoint's links; an endpoint with a public
+``flush(timeout) -> bool`` would be used instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from broker_spark.endpoint import Endpoint
+from broker_spark.errors import EC, BrokerError
+
+__all__ = ["ACK_PREFIX", "DeliveryError", "acknowledged_flush"]
+
+#: Our ping payload: 11 bytes like a goodbye token, but not ``BYE``, so the peer only answers.
+ACK_PREFIX = b"ACK"
+
+
+class DeliveryError(BrokerError):
+    """The peer did not confirm it took a task's messages in time."""
+
+    code = EC.PeerTimeout
+
+
+def _poll(predicate: Any, deadline: float, what: str) -> None:
+    delay = 0.0005
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise DeliveryError(f"timed out waiting until {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _wait_drained(endpoint: Endpoint, deadline: float) -> None:
+    """Until the core has taken everything published and handed it to the links."""
+    source: Any = endpoint._publish_src
+    _poll(
+        lambda: not source.items and source.held is None,
+        deadline,
+        "the endpoint handed every message to its peers",
+    )
+
+
+def _links(endpoint: Endpoint) -> list[Any]:
+    return list(endpoint._core.links.values())
+
+
+def _native_ping(endpoint: Endpoint, links: list[Any], deadline: float) -> None:
+    """Ping every native peer behind our messages; each pong closes its connection."""
+    from broker_spark.protocol.messages import encode_ping
+
+    token = ACK_PREFIX + os.urandom(8)
+
+    def send() -> list[Any]:
+        conns = []
+        for link in links:
+            if link.closed:
+                raise DeliveryError(f"the peering with {link.peer_str} ended before the ack")
+            link.bye_token = token  # the link closes its connection when this pong arrives
+            link.send_body(encode_ping(link.own_id, link.peer_id, token))
+            conns.append(link.conn)
+        return conns
+
+    conns = endpoint._loop.run_sync(send)
+    _poll(
+        lambda: all(conn.lost for conn in conns),
+        deadline,
+        f"{len(conns)} peers acknowledged the messages (the pong of our ping)",
+    )
+
+
+def _websocket_ping(endpoint: Endpoint, link: Any, deadline: float) -> None:
+    _poll(
+        lambda: link.closed or (not link.out and link._writer_waiting),
+        deadline,
+        "the WebSocket bridge sent every message",
+    )
+    if link.closed:
+        raise DeliveryError(f"the WebSocket bridge to {link.peer_str} closed before the pong")
+
+    async def ping() -> None:
+        waiter = await link.ws.ping()
+        await asyncio.wait_for(waiter, max(0.1, deadline - time.monotonic()))
+
+    try:
+        endpoint._loop.run_coro(ping())
+    except Exception as exc:
+        raise DeliveryError(f"the WebSocket API did not answer our ping: {exc}") from None
+
+
+def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0) -> None:
+    """Return once every peer confirmed it took what ``endpoint`` published; else raise.
+
+    The native peerings are closed by the goodbye; shut the endpoint down next.
+    """
+    deadline = time.monotonic() + timeout
+    _wait_drained(endpoint, deadline)
+    flush = getattr(endpoint, "flush", None)
+    if callable(flush):
+        if flush(max(0.0, deadline - time.monotonic())) is False:
+            raise DeliveryError(f"the peers did not acknowledge within {timeout} s")
+        return
+    from broker_spark.core.tcp_link import TcpLink
+
+    links = _links(endpoint)
+    native = [link for link in links if isinstance(link, TcpLink)]
+    bridges = [link for link in links if hasattr(link, "ws") and not isinstance(link, TcpLink)]
+    for link in bridges:
+        _websocket_ping(endpoint, link, deadline)
+    if native:
+        _native_ping(endpoint, native, deadline)

@@ -1,0 +1,199 @@
+"""What the stream reader runs on the driver: its spool, its endpoint and the pump between them.
+
+Everything here lives in the long-lived Python process Spark keeps on the
+driver for one run of a query, and is started from the reader's first offset
+call, never at import, in a constructor or on an executor (REFERENCE.md
+section 3). Starting follows one order, so that nothing received is missed
+and nothing is appended before the spool agrees with Spark's checkpoint:
+
+1. open the spool (``spoolPath``, or a private temporary directory that is
+   removed at :meth:`ReaderRuntime.close`);
+2. reconcile it with the highest offset Spark has handed us, if any (see
+   :meth:`ReaderRuntime.reconcile`);
+3. open the endpoint, subscribing before any peering so peers learn our
+   filter in the handshake, then listen/peer/connect;
+4. start the pump.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+
+from broker_spark.endpoint import Endpoint
+from broker_spark.errors import EC, BrokerError
+from broker_spark.spark.connect import EndpointSettings, open_endpoint
+from broker_spark.spark.endpoint_access import RawSubscription
+from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.pump import SpoolPump
+from broker_spark.spark.segment import Segment
+from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
+
+__all__ = ["BrokerDataLossError", "ReaderRuntime"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between redials of a peer (or WebSocket API) the reader lost.
+RECONNECT_INTERVAL = 5.0
+
+_SEGMENT_FILE = re.compile(r"[0-9]{20}\.(log|index)\Z")
+
+
+class BrokerDataLossError(BrokerError):
+    """Offsets a batch needs are not in the spool and ``failOnDataLoss`` is true."""
+
+    code = EC.StaleData
+
+
+class ReaderRuntime:
+    """The spool, endpoint and pump of one stream reader in its driver-side process.
+
+    ``after_connect`` runs once the endpoint is connected (the store reader
+    attaches its clone there).
+    """
+
+    def __init__(
+        self,
+        options: ReaderOptions,
+        topics: Sequence[str],
+        *,
+        after_connect: Callable[[Endpoint], object] | None = None,
+        settings: EndpointSettings | None = None,
+    ) -> None:
+        self.options = options
+        self.topics = tuple(topics)
+        self._after_connect = after_connect
+        self._settings = settings or EndpointSettings()
+        self._tmpdir: str | None = None
+        self.spool_path = options.spool.path or ""
+        self.spool: Spool | None = None
+        self.endpoint: Endpoint | None = None
+        self.subscription: RawSubscription | None = None
+        self.pump: SpoolPump | None = None
+        self.attachments: list[object] = []
+
+    # --- starting --------------------------------------------------------------------
+
+    def open_spool(self) -> Spool:
+        """Step 1: the spool (created if needed)."""
+        if self.spool is None:
+            if not self.spool_path:
+                self._tmpdir = tempfile.mkdtemp(prefix="broker-spark-spool-")
+                self.spool_path = self._tmpdir
+            self.spool = self._new_spool()
+        return self.spool
+
+    def _new_spool(self) -> Spool:
+        cfg = self.options.spool
+        return Spool(
+            self.spool_path,
+            segment_bytes=cfg.segment_bytes,
+            retention_bytes=cfg.retention_bytes,
+            retention_ms=cfg.retention_ms,
+            fsync=cfg.fsync,
+        )
+
+    def reconcile(self, checkpoint: int) -> None:
+        """Step 2: make the spool reach ``checkpoint``, the highest offset Spark has planned.
+
+        A spool that ends before the checkpoint did not survive a restart
+        (no ``spoolPath``, or a different one): the offsets in between are
+        gone. With ``failOnDataLoss`` that fails the query; without, the spool
+        is emptied and restarted at the checkpoint, so new messages get
+        offsets Spark has not used yet (what it held lies below the
+        checkpoint, which Spark has already planned).
+        """
+        spool = self.open_spool()
+        end = spool.end_offset()
+        if checkpoint <= end:
+            return
+        where = (
+            "a temporary spool (set spoolPath to resume after a restart)"
+            if self._tmpdir
+            else f"spool {self.spool_path}"
+        )
+        text = (
+            f"the checkpoint is at offset {checkpoint} but {where} ends at offset {end}: "
+            f"offsets {end} to {checkpoint - 1} are lost"
+        )
+        if self.options.fail_on_data_loss:
+            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
+        log.warning("%s; failOnDataLoss=false: continuing from offset %d", text, checkpoint)
+        spool.close()
+        self.spool = None
+        for name in os.listdir(self.spool_path):
+            if _SEGMENT_FILE.match(name):
+                os.unlink(os.path.join(self.spool_path, name))
+        Segment.create(
+            self.spool_path, checkpoint, interval=DEFAULT_INDEX_INTERVAL, fsync=False
+        ).close()
+        self.spool = self._new_spool()
+
+    def connect(self) -> None:
+        """Steps 3 and 4: endpoint, subscription, peerings, pump (idempotent)."""
+        if self.endpoint is not None:
+            return
+        spool = self.open_spool()
+
+        def subscribe(endpoint: Endpoint) -> None:
+            self.subscription = RawSubscription(
+                endpoint, self.topics, self._settings.subscriber_queue_size
+            )
+
+        self.endpoint = open_endpoint(
+            self.options.connection,
+            settings=self._settings,
+            before_connect=subscribe,
+            retry=RECONNECT_INTERVAL,
+            websocket_topics=self.topics,
+        )
+        try:
+            if self._after_connect is not None:
+                self.attachments.append(self._after_connect(self.endpoint))
+            assert self.subscription is not None
+            self.pump = SpoolPump(self.subscription, spool)
+            self.pump.start()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- running ---------------------------------------------------------------------
+
+    def check(self) -> Spool:
+        """The spool, after making sure the pump is healthy (its failure fails the query)."""
+        assert self.spool is not None
+        pump = self.pump
+        if pump is not None and pump.error is not None:
+            raise BrokerError(f"receiving into spool {self.spool_path} failed: {pump.error}")
+        return self.spool
+
+    # --- stopping --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the pump, shut the endpoint down, close the spool, remove a temporary spool."""
+        if self.pump is not None:
+            self.pump.stop()
+            self.pump = None
+        if self.subscription is not None:
+            self.subscription.close()
+            self.subscription = None
+        for attached in self.attachments:
+            reset = getattr(attached, "reset", None)
+            if callable(reset):
+                with contextlib.suppress(Exception):
+                    reset()
+        self.attachments.clear()
+        if self.endpoint is not None:
+            self.endpoint.shutdown()
+            self.endpoint = None
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None

@@ -1,0 +1,200 @@
+"""Rows to Broker data messages: what the writers publish for each Arrow batch.
+
+The layout of the rows decides everything, once, when the writer is built
+(so a schema that cannot be published fails the query at start):
+
+* the **topic** is the ``topic`` option, or else a ``topic`` string column
+  (as Spark's Kafka sink: the option wins when both are there);
+* the **value** is, in this order of preference,
+
+  - a ``data`` string column of Zeek JSON text (other columns are ignored,
+    so the reader's own output can be written back as it is);
+  - with ``format=zeek``, a Zeek event named by an ``event`` string column
+    whose arguments are all the other columns, in order;
+  - else all the other columns, in order, as one vector.
+
+Typed columns become Broker values through the Arrow mapping
+(:func:`broker_spark.data.arrow.from_arrow`: int64 -> integer, string ->
+string, timestamp -> timestamp, list -> vector, map -> table, struct ->
+vector, null -> none, ...), encoded a column at a time
+(:mod:`~broker_spark.spark.column_encode`) into exactly the bytes the values
+would encode to. Each value is encoded once, here; the endpoint only moves
+the bytes.
+
+A row that cannot become a message (malformed ``data``, a null topic or
+event name) is a :class:`BadRow`, with its position in the task's input and
+the decoder's message; the writer fails the task with it, or publishes it to
+``badRecordsTopic``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from broker_spark.data.arrow import from_arrow
+from broker_spark.data.binary import encode
+from broker_spark.data.json_codec import loads_value
+from broker_spark.errors import BrokerError
+from broker_spark.spark.column_encode import encode_column, join_rows, vector_header
+from broker_spark.spark.options import BrokerOptionError, WriterOptions
+from broker_spark.spark.schema import SchemaMappingError
+
+__all__ = ["BadRow", "EncodedBatch", "RowEncoder"]
+
+#: A Zeek event up to its name: ``[count 1 (format), count 1 (event), [name, [args...]]]``.
+_EVENT_HEAD = (
+    b"\x0e\x03\x02" + (1).to_bytes(8, "big") + b"\x02" + (1).to_bytes(8, "big") + b"\x0e\x02"
+)
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row that did not become a message: where it was, what it held, why."""
+
+    position: int
+    topic: str | None
+    text: str | None
+    reason: str
+
+    def describe(self) -> str:
+        shown = self.text if self.text is None or len(self.text) <= 200 else self.text[:197] + "..."
+        return f"row {self.position}: {self.reason} (data={shown!r})"
+
+
+@dataclass
+class EncodedBatch:
+    """The messages of one Arrow batch, in row order, and the rows that failed."""
+
+    messages: list[tuple[str, bytes]]
+    bad: list[BadRow]
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _field_index(schema: pa.Schema, name: str) -> int | None:
+    """The position of the column named ``name`` (case-insensitive, as Spark resolves names)."""
+    for i, f in enumerate(schema):
+        if f.name.lower() == name:
+            return i
+    return None
+
+
+class RowEncoder:
+    """Encodes the rows of one schema into ``(topic, payload)`` messages."""
+
+    def __init__(self, schema: pa.Schema, options: WriterOptions) -> None:
+        self.schema = schema
+        self.topic = options.topic
+        self._topic_col = _field_index(schema, "topic")
+        if self.topic is None:
+            if self._topic_col is None:
+                raise BrokerOptionError(
+                    "topic", None, "is required when the rows have no topic column"
+                )
+            self._require_text("topic")
+        self._data_col = _field_index(schema, "data")
+        self._event_col: int | None = None
+        self._value_cols: list[int] = []
+        if self._data_col is not None:
+            self._require_text("data")
+            self.mode = "json"
+        else:
+            skip = {self._topic_col}
+            if options.format == "zeek":
+                self._event_col = _field_index(schema, "event")
+                if self._event_col is None:
+                    raise SchemaMappingError(
+                        "format=zeek needs an event column (the event name) or a data column"
+                    )
+                self._require_text("event")
+                skip.add(self._event_col)
+                self.mode = "event"
+            else:
+                self.mode = "vector"
+            self._value_cols = [i for i in range(len(schema)) if i not in skip]
+            if self.mode == "vector" and not self._value_cols:
+                raise SchemaMappingError(
+                    "nothing to publish: the rows need a data column or value columns"
+                )
+            for i in self._value_cols:
+                f = schema.field(i)
+                try:
+                    from_arrow(pa.array([], f.type))
+                except BrokerError as exc:
+                    raise SchemaMappingError(f"column {f.name} ({f.type}): {exc}") from None
+
+    def _require_text(self, name: str) -> None:
+        i = _field_index(self.schema, name)
+        assert i is not None
+        t = self.schema.field(i).type
+        if not _is_text(t):
+            raise SchemaMappingError(f"column {self.schema.field(i).name} must be STRING, not {t}")
+
+    # --- encoding ----------------------------------------------------------------------
+
+    def encode(self, batch: pa.RecordBatch, first_row: int = 0) -> EncodedBatch:
+        """The messages of ``batch``; ``first_row`` is the position of its first row in the task."""
+        n = batch.num_rows
+        if n == 0:
+            return EncodedBatch([], [])
+        if self.topic is not None:
+            topics: list[Any] = [self.topic] * n
+        else:
+            assert self._topic_col is not None
+            topics = batch.column(self._topic_col).to_pylist()
+        if self.mode == "json":
+            assert self._data_col is not None
+            return self._encode_json(topics, batch.column(self._data_col).to_pylist(), first_row)
+        errors: dict[int, str] = {}
+        columns = [encode_column(batch.column(i), errors) for i in self._value_cols]
+        args_head = vector_header(len(columns))
+        names: list[Any] | None = None
+        if self.mode == "event":
+            assert self._event_col is not None
+            name_column = batch.column(self._event_col)
+            names = name_column.to_pylist()
+            prefixes: bytes | list[bytes] = [
+                _EVENT_HEAD + fragment + args_head for fragment in encode_column(name_column)
+            ]
+        else:
+            prefixes = args_head
+        payloads = join_rows(prefixes, columns, n)
+        clean = not errors and None not in topics and "" not in topics
+        if clean and (names is None or None not in names):
+            return EncodedBatch(list(zip(topics, payloads, strict=True)), [])
+        messages: list[tuple[str, bytes]] = []
+        bad: list[BadRow] = []
+        for i, (topic, payload) in enumerate(zip(topics, payloads, strict=True)):
+            if not topic:
+                bad.append(_bad(first_row + i, topic, None))
+            elif names is not None and names[i] is None:
+                bad.append(BadRow(first_row + i, topic, None, "the event name is null"))
+            elif i in errors:
+                bad.append(BadRow(first_row + i, topic, None, errors[i]))
+            else:
+                messages.append((topic, payload))
+        return EncodedBatch(messages, bad)
+
+    def _encode_json(self, topics: list[Any], texts: list[Any], first: int) -> EncodedBatch:
+        messages: list[tuple[str, bytes]] = []
+        bad: list[BadRow] = []
+        for i, (topic, text) in enumerate(zip(topics, texts, strict=True)):
+            if not topic or text is None:
+                bad.append(_bad(first + i, topic, text))
+                continue
+            try:
+                messages.append((topic, encode(loads_value(text))))
+            except BrokerError as exc:
+                bad.append(BadRow(first + i, topic, text, str(exc)))
+        return EncodedBatch(messages, bad)
+
+
+def _bad(position: int, topic: Any, text: Any, reason: str | None = None) -> BadRow:
+    if reason is None:
+        reason = "the topic is null or empty" if not topic else "the data is null"
+    return BadRow(position, topic or None, text, reason)

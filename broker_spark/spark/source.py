@@ -1,0 +1,91 @@
+"""``BrokerDataSource``: the ``broker`` format of ``spark.read``/``readStream``/``write``/``writeStream``.
+
+Spark builds this object in short-lived worker processes (to ask for the
+schema, to create readers and writers), so nothing here starts anything: it
+parses the options (a bad one fails the query at start, naming the option)
+and hands out the reader or writer that fits them.
+
+* ``readStream`` with ``topics``: :class:`BrokerStreamReader` (messages);
+  with ``store``: :class:`StoreChangeReader` (the store's change events).
+* ``read`` with ``store``: :class:`StoreTableReader` (the store's contents).
+* ``write``/``writeStream``: publishes rows (:mod:`~broker_spark.spark.writers`),
+  or puts them into a store with ``store``.
+
+Spark's ``schema()`` cannot tell a batch read from a stream read, so a store
+has one default schema for both (:data:`~broker_spark.spark.store_tables.STORE_DDL`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from broker_spark.spark.options import parse_reader_options, parse_writer_options
+from broker_spark.spark.schema import default_ddl
+from broker_spark.spark.store_tables import (
+    STORE_DDL,
+    StoreChangeReader,
+    StoreStreamWriter,
+    StoreTableReader,
+    StoreTableWriter,
+)
+from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.writers import BrokerBatchWriter, BrokerStreamWriter
+
+__all__ = ["BrokerDataSource", "arrow_schema_of"]
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects ``read`` to yield for ``schema`` (exactly, nullability included)."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class BrokerDataSource(DataSource):
+    """Zeek Broker topics and data stores as Spark tables and streams (format ``"broker"``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "broker"
+
+    def schema(self) -> str:
+        options = parse_reader_options(self.options, streaming=True)
+        if options.store is not None:
+            return STORE_DDL
+        return default_ddl(options.format)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = parse_reader_options(self.options, streaming=True)
+        arrow = arrow_schema_of(schema)
+        if options.store is not None:
+            return StoreChangeReader(options, arrow)
+        return BrokerStreamReader(options, arrow)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_reader_options(self.options, streaming=False)
+        return StoreTableReader(options, arrow_schema_of(schema))
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = parse_writer_options(self.options)
+        arrow = arrow_schema_of(schema)
+        if options.store is not None:
+            return StoreTableWriter(options, arrow, overwrite)
+        return BrokerBatchWriter(options, arrow)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = parse_writer_options(self.options)
+        arrow = arrow_schema_of(schema)
+        if options.store is not None:
+            return StoreStreamWriter(options, arrow, overwrite)
+        return BrokerStreamWriter(options, arrow)

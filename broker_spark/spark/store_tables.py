@@ -1,0 +1,405 @@
+"""Broker data stores as Spark tables: a store's contents, its changes, and writes into it.
+
+* ``spark.read.format("broker").option("store", NAME)``: the store's current
+  contents. The snapshot is taken while Spark plans the read (driver side,
+  a short-lived endpoint that peers with ``peer`` and attaches a clone) and
+  travels inside the partitions, so executors start no endpoint.
+* ``spark.readStream...option("store", NAME)``: every change (insert,
+  update, erase, expire) as a row. The stream reader's endpoint attaches a
+  clone and subscribes to the store's events topic; events are spooled like
+  any message, so offsets, restarts and ``failOnDataLoss`` work as for topics.
+* ``df.write...option("store", NAME)``: each row is a ``put`` through a clone
+  (``key``, ``value``, optional ``expiry`` seconds; the other columns of a
+  store read, ``op``, ``ts`` and ``offset``, are ignored, so a read writes
+  back as it is); ``mode("overwrite")`` clears the store first, once, when
+  Spark creates the writer on the driver.
+
+Spark asks a data source for one schema without saying whether it will be
+read as a batch or a stream, so both share :data:`STORE_DDL`: ``key``,
+``value`` (Zeek JSON text), ``op`` (``insert``/``update``/``erase``/``expire``;
+``snapshot`` in a batch read), ``expiry`` (seconds, null when none; always
+null in a batch read, as only the master knows expiries) and ``ts`` (when the
+change arrived, or when the snapshot was taken) and ``offset`` (the change's
+position in the stream; null in a batch read). A user schema may pick any
+of these columns by name.
+
+Writing keys and values: a STRING ``key``/``value`` column holds Zeek JSON
+text when the text starts with ``{`` (so what a read returns writes back
+unchanged) and is a plain string otherwise; other column types go through
+the Arrow mapping.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from broker_spark.data.arrow import from_arrow
+from broker_spark.data.binary import decode
+from broker_spark.data.json_codec import dumps_value, loads_value
+from broker_spark.data.types import timespan_ns
+from broker_spark.endpoint import Endpoint
+from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
+from broker_spark.spark.connect import EndpointSettings, open_endpoint
+from broker_spark.spark.driver_side import ReaderRuntime
+from broker_spark.spark.offsets import plan_partitions
+from broker_spark.spark.options import ReaderOptions, WriterOptions
+from broker_spark.spark.schema import RecordConversionError, SchemaMappingError
+from broker_spark.spark.stream_reader import BrokerStreamReader
+
+__all__ = [
+    "STORE_DDL",
+    "STORE_SCHEMA",
+    "StoreChangeReader",
+    "StoreEventConverter",
+    "StoreStreamWriter",
+    "StoreTableReader",
+    "StoreTableWriter",
+    "StoreWriteError",
+]
+
+log = logging.getLogger(__name__)
+
+STORE_DDL = "key STRING, value STRING, op STRING, expiry DOUBLE, ts TIMESTAMP, offset LONG"
+_TS = pa.timestamp("us", tz="UTC")
+STORE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("op", pa.string()),
+        pa.field("expiry", pa.float64()),
+        pa.field("ts", _TS),
+        pa.field("offset", pa.int64()),
+    ]
+)
+_KINDS = {f.name: f.type for f in STORE_SCHEMA}
+
+#: Seconds a clone may take to receive its master's snapshot (or to get writes acknowledged).
+STORE_TIMEOUT = 30.0
+#: Rows per partition of a batch read.
+ROWS_PER_PARTITION = 100_000
+
+
+class StoreWriteError(BrokerError):
+    """A store write or snapshot that the master did not confirm in time."""
+
+    code = EC.RequestTimeout
+
+
+def _check_store_schema(schema: pa.Schema) -> None:
+    """Every column must be one of :data:`STORE_SCHEMA`'s, with a compatible type."""
+    for f in schema:
+        want = _KINDS.get(f.name.lower())
+        if want is None:
+            raise SchemaMappingError(
+                f"column {f.name}: a store table has only {', '.join(STORE_SCHEMA.names)}"
+            )
+        ok = (
+            pa.types.is_timestamp(f.type)
+            if want == _TS
+            else f.type == want or (want == pa.string() and pa.types.is_large_string(f.type))
+        )
+        if not ok:
+            raise SchemaMappingError(f"column {f.name} must be {want}, not {f.type}")
+
+
+def _rows_batch(schema: pa.Schema, columns: dict[str, list[Any]]) -> pa.RecordBatch:
+    """A batch of ``schema`` from full columns by name (``ts`` as nanoseconds)."""
+    arrays = []
+    for f in schema:
+        values = columns[f.name.lower()]
+        if f.name.lower() == "ts":
+            arrays.append(pa.array(values, pa.timestamp("ns", tz="UTC")).cast(f.type, safe=False))
+        else:
+            arrays.append(pa.array(values, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# --- the stream of changes -------------------------------------------------------------------
+
+
+def _seconds(span: Any) -> float | None:
+    return None if span is None else timespan_ns(span) / 1e9
+
+
+class StoreEventConverter:
+    """Spooled store events (:mod:`broker_spark.store.events`) to rows of a store schema."""
+
+    def __init__(self, schema: pa.Schema, mode: str = "PERMISSIVE") -> None:
+        _check_store_schema(schema)
+        self.schema = schema
+        self.strict = mode == "FAILFAST"
+        self.misfits = 0
+        self.undecodable = 0
+
+    def convert_packed(self, packed: bytes) -> pa.RecordBatch:
+        cols: dict[str, list[Any]] = {name: [] for name in STORE_SCHEMA.names}
+        unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=len(packed) or 1)
+        unpacker.feed(packed)
+        for record in unpacker:
+            _topic, payload, _sender, received_ns, offset = record
+            try:
+                op, key, value, expiry = self._event(decode(payload))
+                texts = (dumps_value(key), None if value is _ABSENT else dumps_value(value))
+            except (DecodeError, EncodeError, ValueError, TypeError) as exc:
+                if self.strict:
+                    raise RecordConversionError(f"store event at offset {offset}: {exc}") from None
+                self.undecodable += 1
+                continue
+            cols["op"].append(op)
+            cols["key"].append(texts[0])
+            cols["value"].append(texts[1])
+            cols["expiry"].append(_seconds(expiry))
+            cols["ts"].append(received_ns)
+            cols["offset"].append(offset)
+        return _rows_batch(self.schema, cols)
+
+    @staticmethod
+    def _event(event: Any) -> tuple[str, Any, Any, Any]:
+        """``(op, key, value or _ABSENT, expiry)`` of an event vector."""
+        if not isinstance(event, tuple) or len(event) < 5 or not isinstance(event[0], str):
+            raise ValueError(f"not a store event: {event!r:.80}")
+        op = event[0]
+        if op == "insert" and len(event) == 7:
+            return op, event[2], event[3], event[4]
+        if op == "update" and len(event) == 8:
+            return op, event[2], event[4], event[5]
+        if op in ("erase", "expire") and len(event) == 5:
+            return op, event[2], _ABSENT, None
+        raise ValueError(f"not a store event: {event!r:.80}")
+
+
+_ABSENT = object()
+
+
+class StoreChangeReader(BrokerStreamReader):
+    """``readStream...option("store", NAME)``: a store's changes, through a local clone."""
+
+    def make_converter(self) -> StoreEventConverter:
+        return StoreEventConverter(self.arrow_schema, self.options.mode)
+
+    def make_runtime(self) -> ReaderRuntime:
+        from broker_spark.store.events import store_events_topic
+
+        name = self.options.store
+        assert name is not None
+        return ReaderRuntime(
+            self.options,
+            [store_events_topic(name)],
+            after_connect=lambda endpoint: endpoint.attach_clone(name),
+        )
+
+
+# --- the batch read ------------------------------------------------------------------------
+
+
+class StoreRowsPartition(InputPartition):
+    """Rows of a store snapshot, carried inline: packed ``(key text, value text)`` pairs."""
+
+    def __init__(self, packed: bytes, taken_ns: int) -> None:
+        super().__init__(None)
+        self.packed = packed
+        self.taken_ns = taken_ns
+
+
+def _snapshot(endpoint: Endpoint, name: str) -> list[tuple[str, str]]:
+    """The clone's contents once its master's snapshot arrived, sorted by key text."""
+    clone = endpoint.attach_clone(name)
+    try:
+        deadline = time.monotonic() + STORE_TIMEOUT
+        while True:
+            try:
+                keys = clone.keys()
+                break
+            except BrokerError as exc:
+                if exc.code != EC.StaleData or time.monotonic() > deadline:
+                    raise StoreWriteError(
+                        f"store {name!r}: no snapshot from its master through the peering ({exc})"
+                    ) from None
+        rows = []
+        for key in keys:
+            value = clone.get(key)
+            if value is not None or clone.exists(key):
+                rows.append((dumps_value(key), dumps_value(value)))
+        rows.sort()
+        return rows
+    finally:
+        clone.reset()
+
+
+class StoreTableReader(DataSourceReader):
+    """``spark.read...option("store", NAME)``: the store's keys and values."""
+
+    def __init__(self, options: ReaderOptions, schema: pa.Schema) -> None:
+        _check_store_schema(schema)
+        self.options = options
+        self.arrow_schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        name = self.options.store
+        assert name is not None
+        endpoint = open_endpoint(self.options.connection, settings=EndpointSettings())
+        try:
+            rows = _snapshot(endpoint, name)
+        finally:
+            endpoint.shutdown()
+        taken = time.time_ns()
+        ranges = plan_partitions(0, len(rows), ROWS_PER_PARTITION) or [(0, 0)]
+        return [
+            StoreRowsPartition(msgpack.packb(rows[lo:hi], use_bin_type=True), taken)
+            for lo, hi in ranges
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StoreRowsPartition)
+        rows = msgpack.unpackb(partition.packed, raw=False, use_list=False)
+        if not rows:
+            return
+        n = len(rows)
+        keys, values = zip(*rows, strict=True)
+        yield _rows_batch(
+            self.arrow_schema,
+            {
+                "key": list(keys),
+                "value": list(values),
+                "op": ["snapshot"] * n,
+                "expiry": [None] * n,
+                "ts": [partition.taken_ns] * n,
+                "offset": [None] * n,
+            },
+        )
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StoreCommitMessage(WriterCommitMessage):
+    """How many rows one task put into the store."""
+
+    puts: int
+
+
+def _column_values(batch: pa.RecordBatch, index: int, what: str, first: int) -> list[Any]:
+    """Broker values of a key/value column (Zeek JSON text in STRING columns starting ``{``)."""
+    array = batch.column(index)
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return from_arrow(array)
+    out = []
+    for row, text in enumerate(array.to_pylist()):
+        if text is not None and text.startswith("{"):
+            try:
+                out.append(loads_value(text))
+            except DecodeError as exc:
+                raise DecodeError(f"row {first + row}: {what} is not Zeek JSON: {exc}") from None
+        else:
+            out.append(text)
+    return out
+
+
+class _StoreWriting:
+    """What the batch and stream store writers share."""
+
+    options: WriterOptions
+    schema: pa.Schema
+
+    def _setup(self, options: WriterOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+        names = [f.name.lower() for f in schema]
+        for needed in ("key", "value"):
+            if needed not in names:
+                raise SchemaMappingError(f"a store write needs a {needed} column")
+        extra = set(names) - {"key", "value", "expiry", "op", "ts", "offset"}
+        if extra:
+            raise SchemaMappingError(
+                f"a store write takes key, value and expiry columns, not {sorted(extra)}"
+            )
+        self._key = names.index("key")
+        self._value = names.index("value")
+        self._expiry = names.index("expiry") if "expiry" in names else None
+        if self._expiry is not None:
+            t = schema.field(self._expiry).type
+            if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+                raise SchemaMappingError(f"column expiry must be a number of seconds, not {t}")
+        for i in (self._key, self._value):
+            f = schema.field(i)
+            try:
+                from_arrow(pa.array([], f.type))
+            except BrokerError as exc:
+                raise SchemaMappingError(f"column {f.name} ({f.type}): {exc}") from None
+
+    def _clear(self) -> None:
+        """``overwrite``: empty the store before any task writes (runs once, on the driver)."""
+        name = self.options.store
+        endpoint = open_endpoint(self.options.connection, settings=EndpointSettings())
+        try:
+            clone = endpoint.attach_clone(name)
+            clone.clear()
+            if not clone.await_idle(STORE_TIMEOUT):
+                raise StoreWriteError(f"store {name!r}: the master did not confirm clear()")
+        finally:
+            endpoint.shutdown()
+
+    def _put_all(self, iterator: Iterator[pa.RecordBatch]) -> StoreCommitMessage:
+        name = self.options.store
+        endpoint = open_endpoint(self.options.connection, settings=EndpointSettings())
+        puts = 0
+        try:
+            clone = endpoint.attach_clone(name)
+            for batch in iterator:
+                keys = _column_values(batch, self._key, "key", puts)
+                values = _column_values(batch, self._value, "value", puts)
+                expiries = (
+                    batch.column(self._expiry).to_pylist()
+                    if self._expiry is not None
+                    else [None] * batch.num_rows
+                )
+                for key, value, expiry in zip(keys, values, expiries, strict=True):
+                    clone.put(key, value, expiry)
+                puts += batch.num_rows
+            if puts and not clone.await_idle(STORE_TIMEOUT):
+                raise StoreWriteError(f"store {name!r}: the master did not confirm {puts} puts")
+        finally:
+            endpoint.shutdown()
+        return StoreCommitMessage(puts)
+
+
+class StoreTableWriter(_StoreWriting, DataSourceArrowWriter):
+    """``df.write...option("store", NAME)``: put rows (``overwrite``: clear first)."""
+
+    def __init__(self, options: WriterOptions, schema: pa.Schema, overwrite: bool) -> None:
+        self._setup(options, schema)
+        if overwrite:
+            self._clear()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StoreCommitMessage:
+        return self._put_all(iterator)
+
+
+class StoreStreamWriter(_StoreWriting, DataSourceStreamArrowWriter):
+    """``df.writeStream...option("store", NAME)``: put the rows of every micro-batch."""
+
+    def __init__(self, options: WriterOptions, schema: pa.Schema, overwrite: bool) -> None:
+        self._setup(options, schema)
+        self._committed: set[int] = set()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StoreCommitMessage:
+        return self._put_all(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if batchId not in self._committed:
+            self._committed.add(batchId)

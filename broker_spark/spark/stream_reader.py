@@ -1,0 +1,210 @@
+"""The stream reader of ``spark.readStream.format("broker")``: topics as a streaming DataFrame.
+
+Where each method runs decides the design (REFERENCE.md section 3). The
+offset methods (``initialOffset``, ``latestOffset``, ``partitions``,
+``commit``, ``prepareForTriggerAvailableNow``, ``stop``) run in one
+long-lived Python process on the driver per query run; the reader keeps a
+:class:`~broker_spark.spark.driver_side.ReaderRuntime` there (spool, endpoint,
+pump), started by the first of them. ``read`` runs on executors on a pickled
+copy, which never has a runtime: it only converts the partition it is given.
+
+Offsets are spool offsets (``{"offset": n}``, the next record, built by
+:class:`SpoolOffset` with a fixed key order). Choices where Spark leaves room:
+
+* ``startingOffsets=latest`` (the default) starts at the spool's end when
+  the query first starts; ``earliest`` at the oldest record the spool holds
+  (which matters with a ``spoolPath`` kept from an earlier run).
+  ``initialOffset`` is remembered, because Spark asks twice.
+* Data loss: offsets below the spool's start (dropped by retention) or above
+  its end (a spool that did not survive a restart) fail the query with
+  ``failOnDataLoss=true``; with ``false`` the reader warns and reads what is
+  left, and a checkpoint beyond the spool restarts the spool there.
+* ``trigger(availableNow=True)`` reads up to the spool's end at the time the
+  runtime starts (or at ``prepareForTriggerAvailableNow`` if it already
+  runs): what had been received, not what arrives during the run.
+* A batch is split into ranges of at most ``maxRecordsPerPartition``, and
+  into as many ranges as the driver has cores when each still holds at least
+  :data:`MIN_RECORDS_PER_SPLIT` records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from broker_spark.spark.driver_side import BrokerDataLossError, ReaderRuntime
+from broker_spark.spark.offsets import SpoolOffset, plan_partitions
+from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.partitions import BatchConverter, SpoolPartition, read_partition
+from broker_spark.spark.schema import RecordConverter
+from broker_spark.spark.segment import DataLossError
+
+__all__ = ["MIN_RECORDS_PER_SPLIT", "BrokerStreamReader"]
+
+log = logging.getLogger(__name__)
+
+#: A batch is spread over the driver's cores only while each range keeps this many records.
+MIN_RECORDS_PER_SPLIT = 4096
+
+
+class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads the messages of ``options.topics`` as Arrow batches of ``schema``."""
+
+    def __init__(self, options: ReaderOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.arrow_schema = schema
+        self.make_converter()  # a schema that cannot be mapped fails here, at query start
+        self._runtime: ReaderRuntime | None = None
+        self._initial: dict[str, int] | None = None
+        self._available_now = False
+        self._target: int | None = None
+        self._parallelism = max(1, os.cpu_count() or 1)
+
+    # --- what subclasses change -----------------------------------------------------------
+
+    def make_converter(self) -> BatchConverter:
+        """The converter from spool records to batches of :attr:`arrow_schema`."""
+        return RecordConverter(self.arrow_schema, self.options.format, self.options.mode)
+
+    def make_runtime(self) -> ReaderRuntime:
+        return ReaderRuntime(self.options, self.options.topics)
+
+    # --- pickling: executors get the configuration, never the runtime ----------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_runtime"] = None
+        return state
+
+    # --- the driver side ------------------------------------------------------------------
+
+    def _started(self, checkpoint: int | None = None) -> ReaderRuntime:
+        """The runtime, started on first use; ``checkpoint`` is the highest offset Spark named."""
+        runtime = self._runtime
+        if runtime is None:
+            runtime = self.make_runtime()
+            try:
+                runtime.open_spool()
+                if checkpoint is not None:
+                    runtime.reconcile(checkpoint)
+                if self._available_now:
+                    self._target = runtime.check().end_offset()
+                runtime.connect()
+            except BaseException:
+                runtime.close()
+                raise
+            self._runtime = runtime
+        runtime.check()
+        return runtime
+
+    def initialOffset(self) -> dict:
+        if self._initial is None:
+            spool = self._started().check()
+            if self.options.starting_offsets == "earliest":
+                first = spool.start_offset()
+            else:
+                first = spool.end_offset()
+            self._initial = SpoolOffset(first).to_dict()
+        return dict(self._initial)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
+        if self._runtime is not None:
+            self._target = self._runtime.check().end_offset()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        first = SpoolOffset.from_dict(start).offset
+        spool = self._started(first).check()
+        begin, end = spool.start_offset(), spool.end_offset()
+        if first < begin and first < end:
+            self._lost(first, begin, begin)
+            first = begin
+        latest = max(end, first)
+        if self._target is not None:
+            latest = min(latest, max(self._target, first))
+        if isinstance(limit, ReadMaxRows):
+            latest = min(latest, first + max(1, limit.max_rows))
+        return SpoolOffset(latest).to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        if self._runtime is None or self._runtime.spool is None:
+            return None
+        return SpoolOffset(self._runtime.spool.end_offset()).to_dict()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo = SpoolOffset.from_dict(start).offset
+        hi = SpoolOffset.from_dict(end).offset
+        runtime = self._started(hi)
+        spool = runtime.check()
+        if hi <= lo:
+            return []
+        held_end = spool.end_offset()
+        if hi > held_end:
+            self._lost(max(lo, held_end), hi, spool.start_offset())
+            hi = max(lo, held_end)
+        inline = self.options.partition_data == "inline"
+        while True:
+            begin = spool.start_offset()
+            if lo < begin:
+                self._lost(lo, min(begin, hi), begin)
+                lo = min(begin, hi)
+            ranges = self._split(lo, hi)
+            try:
+                return [self._partition(runtime, a, b, inline) for a, b in ranges]
+            except DataLossError:  # retention dropped a segment while we read: look again
+                continue
+
+    def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        n = hi - lo
+        wanted = max(1, min(self._parallelism, n // MIN_RECORDS_PER_SPLIT))
+        return plan_partitions(
+            lo, hi, self.options.max_records_per_partition, min_partitions=wanted
+        )
+
+    def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
+        fail = self.options.fail_on_data_loss
+        if inline:
+            assert runtime.spool is not None
+            return SpoolPartition(lo, hi, packed=runtime.spool.read_packed(lo, hi))
+        return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
+
+    def _lost(self, lo: int, hi: int, earliest: int) -> None:
+        """Offsets ``[lo, hi)`` are gone: fail, or warn and go on (``failOnDataLoss``)."""
+        if hi <= lo:
+            return
+        text = f"offsets {lo} to {hi - 1} are no longer in the spool (earliest held: {earliest})"
+        if self.options.fail_on_data_loss:
+            raise BrokerDataLossError(
+                f"{text}; set failOnDataLoss=false to skip them, or keep more with "
+                "spool.retentionBytes/spool.retentionMs"
+            )
+        log.warning("%s; failOnDataLoss=false: skipping them", text)
+
+    def commit(self, end: dict) -> None:
+        # Retention, not commits, frees the spool (commits come late, and not for the last batch).
+        self._started(SpoolOffset.from_dict(end).offset)
+
+    def stop(self) -> None:
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            runtime.close()
+
+    # --- the executor side ------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition, self.make_converter())

@@ -1,0 +1,270 @@
+"""The writers of ``df.write``/``df.writeStream.format("broker")``: rows published as data messages.
+
+Spark builds a writer once per write (per query for a stream), pickles it,
+and calls ``write`` in executor tasks and ``commit`` on the driver
+(REFERENCE.md section 3). So a writer holds only parsed options and the
+schema; every task opens its own short-lived endpoint, deliberately, peers
+with ``peer`` (native) or bridges to ``websocket``, publishes its rows
+(encoded by :class:`~broker_spark.spark.row_messages.RowEncoder`), waits for
+the first peer to acknowledge them (:func:`~broker_spark.spark.delivery.acknowledged_flush`)
+and shuts the endpoint down. Only then does ``write`` return, so a task that
+fails is retried by Spark: at-least-once delivery, as Spark's Kafka sink.
+
+A WebSocket bridge carries only the topics it was opened with, so a task
+writing to a WebSocket API encodes all its rows first and opens the bridge
+for the topics they name.
+
+Bad rows (malformed ``data``, null topics) fail the task with the row's
+position and the decoder's message, checked per Arrow batch before any of
+that batch is published; with ``badRecordsTopic`` they are published there
+instead, as the vector ``(topic, data, reason)``.
+
+``commit`` has no side effect outside the driver's log: delivery happened in
+``write``. It records the batch id, so a second ``commit`` of one batch
+(which Spark may do after a restart) does nothing, not even log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from broker_spark.data.binary import encode
+from broker_spark.endpoint import Endpoint
+from broker_spark.errors import EC, BrokerError
+from broker_spark.spark.connect import EndpointSettings, open_endpoint
+from broker_spark.spark.delivery import acknowledged_flush
+from broker_spark.spark.endpoint_access import publish_encoded
+from broker_spark.spark.options import ConnectionOptions, WriterOptions
+from broker_spark.spark.row_messages import BadRow, RowEncoder
+
+__all__ = [
+    "BadRowError",
+    "BrokerBatchWriter",
+    "BrokerCommitMessage",
+    "BrokerStreamWriter",
+    "publish_batches",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a task waits for its peer to acknowledge what it published.
+ACK_TIMEOUT = 60.0
+
+#: Seconds a task waits to learn what its peers subscribe to before publishing.
+FILTER_WAIT = 5.0
+
+#: Messages a task's WebSocket link may queue (it disconnects rather than block when full).
+WEBSOCKET_QUEUE = 1 << 24
+
+
+class BadRowError(BrokerError, ValueError):
+    """A row that cannot be published, and no ``badRecordsTopic`` to send it to."""
+
+    code = EC.InvalidData
+
+
+@dataclass
+class BrokerCommitMessage(WriterCommitMessage):
+    """What one task did: messages published, bad rows diverted, and where."""
+
+    published: int
+    bad_rows: int
+    partition: int
+
+
+def _task_identity() -> tuple[int, str]:
+    """The partition id and a description of the task (for error messages)."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except Exception:  # not in a Spark task (tests, direct calls)
+        ctx = None
+    if ctx is None:
+        return -1, "this task"
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    where = f"partition {ctx.partitionId()}"
+    if batch is not None:
+        where += f" of batch {batch}"
+    return ctx.partitionId(), where
+
+
+def _await_peer_filters(endpoint: Endpoint, timeout: float) -> bool:
+    """Wait until the peers' subscriptions are known, so the first messages are routed.
+
+    ``peer()`` returns once the handshake is done, but a version 2 peering
+    (between two broker_spark endpoints) learns the peer's filter from a
+    routing message that follows; publishing before it arrives routes
+    nothing. A peer subscribed to nothing is waited for ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while not endpoint.peer_subscriptions():
+        if time.monotonic() > deadline:
+            log.warning("the peers subscribe to nothing: what this task publishes goes nowhere")
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return True
+
+
+def _bad_message(bad_topic: str, row: BadRow) -> tuple[str, bytes]:
+    return bad_topic, encode((row.topic, row.text, row.reason))
+
+
+class _Publisher:
+    """One task's endpoint: opened on first use, acknowledged and closed at the end."""
+
+    def __init__(
+        self,
+        connection: ConnectionOptions,
+        settings: EndpointSettings,
+        topics: Iterable[str | None] = (),
+    ) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.topics = {t for t in topics if t}
+        self.endpoint: Endpoint | None = None
+
+    def open(self, topics: Iterable[str] = ()) -> Endpoint:
+        if self.endpoint is None:
+            conn = self.connection
+            wanted = sorted(self.topics.union(topics)) if conn.websocket is not None else ()
+            self.endpoint = open_endpoint(conn, settings=self.settings, websocket_topics=wanted)
+            if conn.peers:
+                _await_peer_filters(self.endpoint, FILTER_WAIT)
+        return self.endpoint
+
+    def publish(self, messages: list[tuple[str, bytes]]) -> None:
+        if messages:
+            publish_encoded(self.open(m[0] for m in messages), messages)
+
+    def finish(self) -> None:
+        if self.endpoint is not None:
+            acknowledged_flush(self.endpoint, ACK_TIMEOUT)
+
+    def close(self) -> None:
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            endpoint.shutdown()
+
+
+def publish_batches(
+    batches: Iterator[pa.RecordBatch],
+    encoder: RowEncoder,
+    options: WriterOptions,
+    *,
+    settings: EndpointSettings | None = None,
+) -> BrokerCommitMessage:
+    """Publish every row of ``batches``; return once the first peer acknowledged them."""
+    partition, where = _task_identity()
+    if settings is None:
+        # A WebSocket link drops a peer that falls too far behind instead of pushing back;
+        # a task's messages are in memory anyway, so let the link queue all of them.
+        bridged = options.connection.websocket is not None
+        settings = EndpointSettings(peer_buffer_size=WEBSOCKET_QUEUE if bridged else 8192)
+    publisher = _Publisher(options.connection, settings, (options.topic, options.bad_records_topic))
+    buffered = options.connection.websocket is not None and options.topic is None
+    pending: list[tuple[str, bytes]] = []
+    published = bad_rows = position = 0
+    try:
+        for batch in batches:
+            encoded = encoder.encode(batch, position)
+            position += batch.num_rows
+            if encoded.bad:
+                if options.bad_records_topic is None:
+                    first = encoded.bad[0]
+                    more = len(encoded.bad) - 1
+                    extra = f" (and {more} more bad rows in this batch)" if more else ""
+                    raise BadRowError(
+                        f"cannot publish {where}, {first.describe()}{extra}; "
+                        "set badRecordsTopic to publish bad rows there instead"
+                    )
+                encoded.messages.extend(
+                    _bad_message(options.bad_records_topic, row) for row in encoded.bad
+                )
+                bad_rows += len(encoded.bad)
+            published += len(encoded.messages)
+            if buffered:
+                pending.extend(encoded.messages)
+            else:
+                publisher.publish(encoded.messages)
+        if pending:
+            publisher.publish(pending)
+        publisher.finish()
+    finally:
+        publisher.close()
+    if bad_rows:
+        log.warning("%s: %d bad rows went to %s", where, bad_rows, options.bad_records_topic)
+    return BrokerCommitMessage(published, bad_rows, partition)
+
+
+class _Committer:
+    """Per-batch bookkeeping on the driver: a batch is committed once."""
+
+    def __init__(self) -> None:
+        self._committed: set[int] = set()
+
+    def commit_once(self, messages: list[WriterCommitMessage | None], batch_id: int) -> bool:
+        if batch_id in self._committed:
+            return False
+        self._committed.add(batch_id)
+        done = [m for m in messages if isinstance(m, BrokerCommitMessage)]
+        log.info(
+            "batch %d: %d messages published by %d tasks, %d bad rows",
+            batch_id,
+            sum(m.published for m in done),
+            len(done),
+            sum(m.bad_rows for m in done),
+        )
+        return True
+
+
+class BrokerBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("broker")``: publish every row once (``append``)."""
+
+    def __init__(self, options: WriterOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+        RowEncoder(schema, options)  # a schema that cannot be published fails here, at start
+        self._committer = _Committer()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BrokerCommitMessage:
+        return publish_batches(iterator, RowEncoder(self.schema, self.options), self.options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._committer.commit_once(messages, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning("a broker write failed; what its finished tasks published stays published")
+
+
+class BrokerStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("broker")``: publish every row of every micro-batch."""
+
+    def __init__(self, options: WriterOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+        RowEncoder(schema, options)
+        self._committer = _Committer()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BrokerCommitMessage:
+        return publish_batches(iterator, RowEncoder(self.schema, self.options), self.options)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._committer.commit_once(messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "batch %d failed; Spark retries it, so its rows may be published again", batchId
+        )

@@ -1,0 +1,275 @@
+"""One WebSocket connection as a neighbour of the core (a "lightweight peer").
+
+Both roles use it: a client connected to our server, and our own connection
+to a remote server. To the core it is a :class:`~broker_spark.core.link.Link`
+like any peer: the core routes to it the data messages whose topic matches
+``prefixes`` (never the ones it sent itself), and what arrives on it enters
+the central merge through ``source`` as if a peer had sent it.
+
+Why the send side never pushes back on the core: a WebSocket client is a
+third-party program that may read slowly or stop reading. If its buffer could
+stall the core, one slow client would slow the endpoint and everyone else.
+So ``room()`` is unbounded and ``deliver`` appends to a bounded queue of
+node messages; when a delivery would overflow it, the link gives up on the
+client: the queue is dropped, an error for the client is kept as the last
+word, and the owner closes the connection. Messages are rendered to JSON only
+when the writer takes them, so a burst costs a reference per message.
+
+The receive side does push back: the reader waits for room in ``source``
+before taking the next frame, so a client that publishes faster than the
+endpoint routes is slowed down by TCP, with every buffer bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from broker_spark.core.link import Link
+from broker_spark.core.message import DATA
+from broker_spark.core.queues import UNBOUNDED_ROOM
+from broker_spark.errors import EC, SC, BrokerError, ShutdownError
+from broker_spark.status import Error, NetworkInfo, PeerFlags
+from broker_spark.websocket.messages import error_text, render_data_message
+
+if TYPE_CHECKING:
+    from broker_spark.core.actor import Core
+
+__all__ = [
+    "CLOSE_GOING_AWAY",
+    "CLOSE_NORMAL",
+    "CLOSE_OVERFLOW",
+    "OVERFLOW_CODE",
+    "WebSocketLink",
+    "close_connection",
+]
+
+#: WebSocket close codes we use (RFC 6455): normal, going away (shutdown),
+#: policy violation (the client read too slowly).
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_OVERFLOW = 1008
+
+#: The Broker error code a disconnected slow client (and the status subscribers) see.
+OVERFLOW_CODE = EC.PeerTimeout
+
+
+class WebSocketLink(Link):
+    """The core's view of one WebSocket connection, with its bounded send queue.
+
+    ``ws`` is a connection of the ``websockets`` library (asyncio API) on the
+    core's loop. The owner runs :meth:`write_loop` in a task, feeds received
+    messages with :meth:`feed`, waits on ``ended`` and then closes the
+    connection with ``close_code``/``close_reason``, sending ``farewell``
+    first when there is one.
+    """
+
+    __slots__ = (
+        "ws",
+        "out",
+        "send_capacity",
+        "close_code",
+        "close_reason",
+        "farewell",
+        "ended",
+        "_writer_waiting",
+        "_wake",
+        "_source_room",
+        "_loop",
+        "_thread",
+    )
+
+    def __init__(
+        self,
+        core: Core,
+        ws: Any,
+        *,
+        prefixes: tuple[str, ...],
+        send_capacity: int,
+        network: NetworkInfo | None = None,
+        flags: PeerFlags = PeerFlags.Remote,
+        peer_str: str | None = None,
+    ) -> None:
+        # WebSocket clients carry no endpoint id of their own: each connection gets one.
+        super().__init__(core, uuid.uuid4().bytes, network=network, flags=flags)
+        if peer_str is not None:
+            self.peer_str = peer_str
+        self.prefixes = tuple(prefixes)
+        self.ws = ws
+        self.out: deque[Any] = deque()
+        self.send_capacity = send_capacity
+        self.close_code = CLOSE_NORMAL
+        self.close_reason = ""
+        self.farewell: str | None = None
+        self.ended = asyncio.Event()
+        self._writer_waiting = False
+        self._wake = asyncio.Event()
+        self._source_room = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self.source.on_room = self._on_source_room
+
+    # -- the Link contract (called on the core's loop) -----------------------------
+
+    def room(self) -> int:
+        return UNBOUNDED_ROOM
+
+    def want_room(self) -> None:
+        return None
+
+    def deliver(self, msgs: list) -> None:
+        if self.closed:
+            return
+        out = self.out
+        if len(out) + len(msgs) > self.send_capacity:
+            self._overflow()
+            return
+        for m in msgs:
+            if m[2] == DATA:  # store commands and other kinds are not for WebSocket clients
+                out.append(m)
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._wake.set()
+
+    def send_filter(self, prefixes: tuple[str, ...]) -> None:
+        """Nothing to do: the WebSocket API has no way to announce a filter."""
+        return None
+
+    def close(self, reason: SC = SC.PeerLost) -> None:
+        if self.closed:
+            return
+        if self.core.closed and self.close_code == CLOSE_NORMAL:
+            self.close_code, self.close_reason = CLOSE_GOING_AWAY, "endpoint shutting down"
+        self.closed = True
+        self.source.close()
+        self._set(self.ended)
+        self._set(self._wake)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send_text(self, text: str) -> None:
+        """Queue a ready JSON text (an error reply) behind what is already queued."""
+        if self.closed:
+            return
+        if len(self.out) >= self.send_capacity:
+            self._overflow()
+            return
+        self.out.append(text)
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._wake.set()
+
+    async def write_loop(self) -> None:
+        """Send queued messages as JSON text frames until the link closes."""
+        out = self.out
+        send = self.ws.send
+        while not self.closed:
+            if not out:
+                self._writer_waiting = True
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            item = out.popleft()
+            if type(item) is str:
+                text = item
+            else:
+                try:
+                    text = render_data_message(item[0], item[1])
+                except (BrokerError, ValueError) as exc:
+                    text = error_text(
+                        EC.SerializationFailed,
+                        f"cannot render the message on topic {item[0]!r} as JSON -> {exc}",
+                    )
+            await send(text)
+
+    def _overflow(self) -> None:
+        """Give up on a reader that fell ``send_capacity`` messages behind."""
+        waiting = len(self.out)
+        self.out.clear()
+        message = (
+            f"send buffer overflow: {waiting} messages waiting for a WebSocket peer "
+            "that reads too slowly; disconnecting it"
+        )
+        self.farewell = error_text(OVERFLOW_CODE, message)
+        self.close_code, self.close_reason = CLOSE_OVERFLOW, "send buffer overflow"
+        self.close(SC.PeerLost)
+        # Not from inside the core's routing (we are called from its flush): soon.
+        self._loop.call_soon(self._report_overflow, message)
+
+    def _report_overflow(self, message: str) -> None:
+        core = self.core
+        if core.closed:
+            return
+        core.emit(Error(OVERFLOW_CODE, message, self.info()))
+        core.remove_link(self, SC.PeerLost)
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def offer(self, msg: tuple) -> bool:
+        """Hand one received node message to the core if it has room now (the fast path)."""
+        src = self.source
+        if self.closed or src.room() <= 0:
+            return False
+        src.offer([msg])
+        return True
+
+    async def feed(self, msg: tuple) -> bool:
+        """Hand one received node message to the core, waiting for room; False once closed."""
+        src = self.source
+        while src.room() <= 0 and not self.closed:
+            self._source_room.clear()
+            src.want_room()
+            if src.room() > 0:
+                break
+            await self._source_room.wait()
+        if self.closed:
+            return False
+        src.offer([msg])
+        return True
+
+    def _on_source_room(self) -> None:
+        self._set(self._source_room)
+
+    def _set(self, event: asyncio.Event) -> None:
+        """Set ``event`` from any thread (the core may close us from outside its loop)."""
+        if threading.get_ident() == self._thread:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(event.set)
+
+
+async def close_connection(
+    ws: Any, code: int, reason: str, farewell: str | None, timeout: float
+) -> None:
+    """Close ``ws`` politely within ``timeout`` seconds (sending ``farewell`` first), else abort.
+
+    Always leaves the transport closed, also when cancelled (endpoint shutdown).
+    """
+
+    async def polite() -> None:
+        if farewell is not None:
+            await ws.send(farewell)
+        await ws.close(code, reason)
+
+    try:
+        await asyncio.wait_for(polite(), timeout)
+    except (asyncio.TimeoutError, OSError, ShutdownError):
+        pass
+    except Exception as exc:  # websockets' ConnectionClosed and friends: already closed
+        if not _is_connection_closed(exc):
+            raise
+    finally:
+        transport = getattr(ws, "transport", None)
+        if transport is not None:
+            transport.abort()
+
+
+def _is_connection_closed(exc: BaseException) -> bool:
+    from websockets.exceptions import ConnectionClosed, InvalidState
+
+    return isinstance(exc, (ConnectionClosed, InvalidState))

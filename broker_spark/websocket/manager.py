@@ -1,0 +1,207 @@
+"""The WebSocket side of one endpoint: its servers, its outgoing bridges, its TLS.
+
+``Endpoint.web_socket_listen`` / ``web_socket_peer`` / ``web_socket_unpeer``
+delegate here from any thread; everything that touches connections runs on
+the endpoint's loop. One manager per endpoint, made on first use and dropped
+with the endpoint's core (nothing to stop explicitly: the endpoint's shutdown
+closes every link and cancels every task, and the servers' and bridges' own
+clean-up closes their sockets).
+
+TLS follows the endpoint's settings, as Broker does ("the same SSL
+parameters for native and WebSocket peers"): a server speaks ``wss`` with
+the endpoint's server context (anonymous unless certificates are
+configured) and plain ``ws`` when ``disable_ssl`` is set; a bridge to a
+``wss://`` URL uses the endpoint's client context, which accepts a server
+without a verifiable certificate unless certificates are configured.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ssl
+import threading
+from typing import TYPE_CHECKING, Any
+
+from broker_spark.core.tls import TLSContexts, TLSSettings, make_contexts
+from broker_spark.subscriber import topic_list
+from broker_spark.websocket.client import WebSocketPeer, normalize_url
+from broker_spark.websocket.server import WebSocketServer
+
+if TYPE_CHECKING:
+    from broker_spark.endpoint import Endpoint
+
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
+    "DEFAULT_MAX_SIZE",
+    "DEFAULT_OPEN_TIMEOUT",
+    "WebSocketManager",
+    "manager_for",
+]
+
+#: Largest frame a client may send (bytes); beyond it the connection closes with 1009.
+DEFAULT_MAX_SIZE = 4 * 1024 * 1024
+#: Seconds a polite close may take before the connection is aborted.
+DEFAULT_CLOSE_TIMEOUT = 2.0
+#: Seconds an outgoing connection may take to open and be acked.
+DEFAULT_OPEN_TIMEOUT = 10.0
+
+_ATTRIBUTE = "_websocket_manager"
+_managers_lock = threading.Lock()
+
+
+def manager_for(endpoint: Endpoint) -> WebSocketManager:
+    """The WebSocket manager of ``endpoint`` (made on first use; thread-safe).
+
+    Kept on the endpoint itself, so it lives exactly as long as the endpoint.
+    """
+    with _managers_lock:
+        manager = getattr(endpoint, _ATTRIBUTE, None)
+        if manager is None:
+            manager = WebSocketManager(endpoint)
+            setattr(endpoint, _ATTRIBUTE, manager)
+        return manager
+
+
+def _version() -> str:
+    from broker_spark import Version
+
+    return Version.string()
+
+
+class WebSocketManager:
+    """Servers and bridges of one endpoint; the public methods may be called from any thread."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._core = endpoint._core
+        self._loop = endpoint._loop
+        self._config = endpoint._config
+        self._lock = threading.Lock()
+        self._contexts: TLSContexts | None = None
+        self._contexts_made = False
+        self.servers: dict[int, WebSocketServer] = {}
+        self.peers: dict[str, WebSocketPeer] = {}
+
+    # -- TLS ----------------------------------------------------------------------------
+
+    def _settings(self, disable_ssl: bool) -> TLSSettings:
+        c = self._config
+        return TLSSettings(
+            disable_ssl=disable_ssl,
+            certificate=c.openssl_certificate,
+            key=c.openssl_key,
+            cafile=c.openssl_cafile,
+            capath=c.openssl_capath,
+            passphrase=c.openssl_passphrase,
+        )
+
+    def contexts(self) -> TLSContexts:
+        """The endpoint's TLS contexts, made once (also when the endpoint disabled SSL)."""
+        with self._lock:
+            if not self._contexts_made:
+                self._contexts = make_contexts(self._settings(False))
+                self._contexts_made = True
+            assert self._contexts is not None
+            return self._contexts
+
+    # -- serving ------------------------------------------------------------------------
+
+    def listen(
+        self,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        send_buffer_size: int | None = None,
+        max_size: int = DEFAULT_MAX_SIZE,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
+        """Serve the API on ``address:port``; the bound port, or 0 when binding failed."""
+        if ssl_context is None and not self._config.options.disable_ssl:
+            ssl_context = self.contexts().server
+        server = WebSocketServer(
+            self._core,
+            version=_version(),
+            ssl_context=ssl_context,
+            send_capacity=_positive(
+                "send_buffer_size", send_buffer_size, self._config.options.peer_buffer_size
+            ),
+            max_size=_positive("max_size", max_size, DEFAULT_MAX_SIZE),
+            close_timeout=close_timeout,
+        )
+        try:
+            bound = self._loop.run_coro(server.start(address, port))
+        except OSError:
+            return 0
+        with self._lock:
+            self.servers[bound] = server
+        return bound
+
+    # -- bridging -----------------------------------------------------------------------
+
+    def peer(
+        self,
+        url: str,
+        topics: Any = (),
+        retry: float = 10.0,
+        *,
+        send_buffer_size: int | None = None,
+        max_size: int = DEFAULT_MAX_SIZE,
+        open_timeout: float = DEFAULT_OPEN_TIMEOUT,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
+        wait: bool = True,
+    ) -> bool:
+        """Bridge to the WebSocket API at ``url``; True once acked (see :class:`WebSocketPeer`).
+
+        With ``wait`` (the default) blocks until the first attempt succeeded or
+        failed; with ``retry`` > 0 a failed bridge keeps trying in the background.
+        Without ``wait`` returns False right away and connects in the background.
+        """
+        url = normalize_url(url)
+        prefixes = tuple(dict.fromkeys(topic_list(topics)))
+        if ssl_context is None and url.startswith("wss:"):
+            ssl_context = self.contexts().client
+        with self._lock:
+            existing = self.peers.get(url)
+        if existing is not None and not existing.finished:
+            return existing.link is not None
+        bridge = WebSocketPeer(
+            self._core,
+            url,
+            prefixes,
+            retry=float(retry),
+            ssl_context=ssl_context,
+            send_capacity=_positive(
+                "send_buffer_size", send_buffer_size, self._config.options.peer_buffer_size
+            ),
+            max_size=_positive("max_size", max_size, DEFAULT_MAX_SIZE),
+            open_timeout=open_timeout,
+            close_timeout=close_timeout,
+        )
+        with self._lock:
+            self.peers[url] = bridge
+        self._loop.run_sync(bridge.start)
+        if not wait:
+            return False
+        try:
+            return bridge.first_result.result(2 * open_timeout + close_timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+
+    def unpeer(self, url: str) -> bool:
+        """Stop the bridge to ``url`` (the peer is reported removed); False if there was none."""
+        url = normalize_url(url)
+        with self._lock:
+            bridge = self.peers.pop(url, None)
+        if bridge is None:
+            return False
+        self._loop.run_coro(bridge.stop())
+        return True
+
+
+def _positive(name: str, value: int | None, default: int) -> int:
+    if value is None:
+        return default
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value

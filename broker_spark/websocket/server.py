@@ -1,0 +1,242 @@
+"""Serving Zeek's WebSocket JSON API (v1) on an endpoint's loop.
+
+Each connection on ``/v1/messages/json`` goes through the handshake (a JSON
+array of topic prefixes, answered with an ack) and then becomes a
+:class:`~broker_spark.websocket.link.WebSocketLink`: a lightweight peer whose
+prefixes join the endpoint's filter (so they flood to peers like a local
+subscriber's) and to which the core routes matching messages; what the client
+publishes enters the central merge as if a peer had sent it, so local
+subscribers and matching peers receive it and the sender does not get it back.
+
+Bad input never ends a connection: a binary frame, malformed JSON, a value
+that is not valid Broker data or a first message that is not a subscription
+array is answered with a ``deserialization_failed`` error (context in
+Broker's words, ``input #N contained ...``) and the connection stays usable;
+nothing of a rejected message reaches anyone. Only a frame beyond
+``max_size`` closes the connection (code 1009, by the ``websockets`` library)
+and so does a client that reads too slowly (see the link).
+
+Shutdown: the core closes every link when the endpoint shuts down, and a
+guard task, cancelled when the loop stops, closes the listening socket and
+aborts whatever connection is left, including ones still in their opening
+handshake, so no socket outlives the endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+from websockets.http11 import Request, Response
+
+from broker_spark.core.message import DATA
+from broker_spark.data.binary import encode
+from broker_spark.data.json_codec import decode_client_message, decode_subscriptions, encode_ack
+from broker_spark.errors import EC, SC, BrokerError
+from broker_spark.status import NetworkInfo, PeerFlags
+from broker_spark.websocket.link import WebSocketLink, close_connection
+from broker_spark.websocket.messages import JSON_PATH, error_text, input_error
+
+if TYPE_CHECKING:
+    from broker_spark.core.actor import Core
+
+__all__ = ["SHUTDOWN_GRACE", "WebSocketServer"]
+
+#: Seconds an endpoint's shutdown gives connections to close politely before aborting them.
+SHUTDOWN_GRACE = 0.25
+
+
+class _TrackedConnection(ServerConnection):
+    """A server connection that registers itself from TCP accept to TCP close."""
+
+    def __init__(self, *args: Any, registry: set[ServerConnection], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._registry = registry
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._registry.add(self)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
+        super().connection_lost(exc)
+
+
+class WebSocketServer:
+    """One listening socket of the WebSocket API; every method runs on the core's loop.
+
+    ``send_capacity`` bounds each client's send queue (messages), ``max_size``
+    each received frame (bytes), ``close_timeout`` the polite closing of a
+    connection before it is aborted.
+    """
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        version: str,
+        ssl_context: ssl.SSLContext | None,
+        send_capacity: int,
+        max_size: int,
+        close_timeout: float,
+    ) -> None:
+        self.core = core
+        self.version = version
+        self.ssl_context = ssl_context
+        self.send_capacity = send_capacity
+        self.max_size = max_size
+        self.close_timeout = close_timeout
+        self.port = 0
+        self.links: set[WebSocketLink] = set()
+        self._connections: set[ServerConnection] = set()
+        self._server: Server | None = None
+        self._guard: asyncio.Task[None] | None = None
+
+    async def start(self, address: str, port: int) -> int:
+        """Bind and start serving; returns the bound port (OSError when binding fails)."""
+
+        def make_connection(*args: Any, **kwargs: Any) -> ServerConnection:
+            return _TrackedConnection(*args, registry=self._connections, **kwargs)
+
+        self._server = await serve(
+            self._handle,
+            address,
+            port,
+            ssl=self.ssl_context,
+            compression=None,  # neither Broker nor Zeek compress; it would only cost CPU
+            max_size=self.max_size,
+            close_timeout=self.close_timeout,
+            process_request=self._check_path,
+            create_connection=make_connection,  # type: ignore[arg-type]
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._guard = asyncio.get_running_loop().create_task(self._guard_until_stopped())
+        return self.port
+
+    def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+        if request.path.partition("?")[0] != JSON_PATH:
+            return connection.respond(404, f"Zeek's WebSocket API lives at {JSON_PATH}\n")
+        return None
+
+    async def _guard_until_stopped(self) -> None:
+        """Wait for the loop to stop (cancelling us), then leave nothing open behind."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            if self._server is not None:
+                self._server.server.close()
+            # The connections' handlers were cancelled too and close politely
+            # (code 1001); give them a moment, then abort what is left.
+            try:
+                await asyncio.wait_for(self._wait_connections_closed(), SHUTDOWN_GRACE)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+            finally:
+                self.abort()
+
+    def abort(self) -> None:
+        """Stop listening and drop every connection now (synchronous)."""
+        if self._server is not None:
+            self._server.server.close()
+        for link in list(self.links):
+            link.close(SC.PeerLost)
+        for conn in list(self._connections):
+            conn.transport.abort()
+
+    async def _wait_connections_closed(self) -> None:
+        while self._connections:
+            await asyncio.sleep(0.01)
+
+    # -- one connection ------------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        core = self.core
+        try:
+            topics = await self._handshake(ws)
+        except ConnectionClosed:
+            return
+        if core.closed:
+            return
+        host, port = ws.remote_address[:2]
+        link = WebSocketLink(
+            core,
+            ws,
+            prefixes=topics,
+            send_capacity=self.send_capacity,
+            network=NetworkInfo(str(host), int(port)),
+            flags=PeerFlags.Remote | PeerFlags.Inbound,
+        )
+        try:
+            core.add_link(link)
+        except BrokerError:  # the endpoint is shutting down
+            link.close()
+            await close_connection(ws, link.close_code, "", None, self.close_timeout)
+            return
+        self.links.add(link)
+        core.set_extra_filter(link, link.prefixes)
+        reason = SC.PeerLost
+        tasks: list[asyncio.Future[Any]] = []
+        try:
+            # The ack goes first; whatever the core routed to us meanwhile waits in the queue.
+            await ws.send(encode_ack(core.node_id, self.version))
+            reader = asyncio.ensure_future(self._read_loop(ws, link))
+            tasks = [reader, asyncio.ensure_future(link.write_loop())]
+            tasks.append(asyncio.ensure_future(link.ended.wait()))
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and isinstance(reader.exception(), ConnectionClosedOK):
+                reason = SC.PeerRemoved
+        except ConnectionClosed:
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.links.discard(link)
+            core.set_extra_filter(link, ())
+            core.remove_link(link, reason)
+            await close_connection(
+                ws, link.close_code, link.close_reason, link.farewell, self.close_timeout
+            )
+
+    async def _handshake(self, ws: ServerConnection) -> tuple[str, ...]:
+        """Read until the client sent its subscriptions, answering anything else with an error."""
+        n = 0
+        while True:
+            frame = await ws.recv()
+            n += 1
+            if type(frame) is not str:
+                context = f"handshake input #{n} is a binary frame; the API takes JSON text only"
+            else:
+                try:
+                    return tuple(dict.fromkeys(decode_subscriptions(frame)))
+                except BrokerError as exc:
+                    context = (
+                        f"handshake input #{n} is not the subscriptions "
+                        f"(a JSON array of topic prefixes, sent first) -> {exc}"
+                    )
+            await ws.send(error_text(EC.DeserializationFailed, context))
+
+    async def _read_loop(self, ws: ServerConnection, link: WebSocketLink) -> None:
+        """Publish what the client sends, in order, answering bad input with errors."""
+        recv = ws.recv
+        ttl = self.core.options.ttl
+        sender = link.peer_id
+        n = 0
+        while True:
+            frame = await recv()
+            n += 1
+            if type(frame) is not str:
+                link.send_text(input_error(n, "a binary frame; the API takes JSON text only"))
+                continue
+            try:
+                msg = decode_client_message(frame)
+                payload = encode(msg.value)
+            except (BrokerError, ValueError) as exc:
+                link.send_text(input_error(n, exc))
+                continue
+            node_msg = (msg.topic, payload, DATA, ttl, sender)
+            if not link.offer(node_msg) and not await link.feed(node_msg):
+                return

@@ -1,0 +1,157 @@
+"""One local SparkSession for the whole test run, and helpers for the Spark tests.
+
+Import the fixtures into a test module (``from spark_fixtures import spark``);
+the session is created once, whichever module asks first, and stopped at the
+end of the run. Spark's Python workers run this interpreter, and find
+``pyspark_broker`` (so ``format("broker")`` needs no register call) through
+``PYTHONPATH``, which gets the project root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import broker_spark as broker
+from broker_spark.config import BrokerOptions, Configuration
+from broker_spark.errors import SC
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+_session: Any = None
+
+
+def _start_session() -> Any:
+    from broker_spark.spark.java import require_java
+
+    require_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH", "")
+    if ROOT not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, path) if p)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("broker-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The shared local SparkSession (2 cores, no UI, 2 shuffle partitions)."""
+    global _session
+    if _session is None:
+        _session = _start_session()
+    yield _session
+    if _session is not None:
+        _session.stop()
+        _session = None
+
+
+def plain_config() -> Configuration:
+    """An endpoint configuration without TLS (quicker to peer; TLS has its own tests)."""
+    return Configuration(BrokerOptions(disable_ssl=True))
+
+
+@pytest.fixture
+def hub() -> Iterator[broker.Endpoint]:
+    """A listening endpoint in the test process for Spark's endpoints to peer with."""
+    endpoint = broker.Endpoint(plain_config())
+    endpoint.hub_port = endpoint.listen("127.0.0.1", 0)  # type: ignore[attr-defined]
+    assert endpoint.hub_port
+    try:
+        yield endpoint
+    finally:
+        endpoint.shutdown()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+class PeerWatch:
+    """Counts the peerings a hub sees, to know when a (re)started query's endpoint is up."""
+
+    def __init__(self, endpoint: broker.Endpoint) -> None:
+        self.endpoint = endpoint
+        self.statuses = endpoint.make_status_subscriber(True)
+        self.added = 0
+        self.removed = 0
+
+    def _drain(self) -> None:
+        for item in self.statuses.poll():
+            code = getattr(item, "code", lambda: None)()
+            if code == SC.PeerAdded:
+                self.added += 1
+            elif code in (SC.PeerRemoved, SC.PeerLost):
+                self.removed += 1
+
+    def wait_added(self, count: int, timeout: float = 60.0) -> None:
+        def done() -> bool:
+            self._drain()
+            return self.added >= count
+
+        wait_for(done, timeout, f"{count} peerings")
+
+    def wait_subscribed(self, prefix: str, timeout: float = 60.0) -> None:
+        wait_for(
+            lambda: any(str(t).startswith(prefix) for t in self.endpoint.peer_subscriptions()),
+            timeout,
+            f"a peer subscribed to {prefix}",
+        )
+
+    def close(self) -> None:
+        self.statuses.reset()
+
+
+@contextlib.contextmanager
+def running(query: Any) -> Iterator[Any]:
+    """Stop ``query`` however the test ends."""
+    try:
+        yield query
+    finally:
+        with contextlib.suppress(Exception):
+            query.stop()
+
+
+def drain_until(query: Any, count: Callable[[], int], expected: int, timeout: float = 60.0) -> int:
+    """Let ``query`` process until ``count()`` reaches ``expected``; return the final count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if query.exception() is not None:
+            raise AssertionError(f"the query failed: {query.exception()}")
+        query.processAllAvailable()
+        n = count()
+        if n >= expected:
+            return n
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {n} of {expected} rows after {timeout} s")
+        time.sleep(0.05)

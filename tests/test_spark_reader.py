@@ -1,0 +1,295 @@
+"""The stream reader's driver-side logic, called directly as Spark would (no SparkSession).
+
+Spark calls the offset methods in one long-lived process and ``read`` on a
+pickled copy elsewhere; these tests do the same in one process, with a real
+TCP peering to a hub endpoint that publishes.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+
+import pytest
+import spark_fixtures
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from spark_fixtures import wait_for
+
+import broker_spark as broker
+from broker_spark import zeek
+from broker_spark.data.json_codec import dumps_value
+from broker_spark.spark.driver_side import BrokerDataLossError
+from broker_spark.spark.offsets import SpoolOffset
+from broker_spark.spark.options import BrokerOptionError, parse_reader_options
+from broker_spark.spark.partitions import SpoolPartition
+from broker_spark.spark.schema import default_schema
+from broker_spark.spark.stream_reader import BrokerStreamReader
+
+hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _reader(hub: broker.Endpoint, **extra: str) -> BrokerStreamReader:
+    options = {
+        "topics": "zeek/",
+        "peer": f"127.0.0.1:{hub.hub_port}",
+        "ssl.disable": "true",
+        **extra,
+    }
+    opts = parse_reader_options(options)
+    return BrokerStreamReader(opts, default_schema(opts.format))
+
+
+def _publish(hub: broker.Endpoint, first: int, count: int, topic: str = "zeek/events") -> None:
+    hub.publish_batch(
+        *[(topic, zeek.Event("ping", broker.Count(i), "x")) for i in range(first, first + count)]
+    )
+
+
+def _spooled(reader: BrokerStreamReader, count: int) -> None:
+    runtime = reader._runtime
+    assert runtime is not None and runtime.pump is not None
+    assert runtime.pump.wait_appended(count, 20), f"fewer than {count} messages arrived"
+
+
+def _wait_subscribed(hub: broker.Endpoint) -> None:
+    wait_for(lambda: hub.peer_subscriptions(), 20, "the reader's subscription")
+
+
+def _rows(reader: BrokerStreamReader, start: dict, end: dict) -> list[dict]:
+    """What executors would read: partitions pickled, read by a pickled reader copy."""
+    remote = pickle.loads(pickle.dumps(reader))
+    assert remote._runtime is None
+    rows = []
+    for part in reader.partitions(start, end):
+        for batch in remote.read(pickle.loads(pickle.dumps(part))):
+            rows.extend(batch.to_pylist())
+    return rows
+
+
+def test_nothing_starts_before_the_first_offset_call(hub: broker.Endpoint) -> None:
+    reader = _reader(hub)
+    assert reader._runtime is None
+    assert hub.peers() == []
+    assert isinstance(reader.getDefaultReadLimit(), ReadAllAvailable)
+    assert reader._runtime is None
+    reader.initialOffset()
+    try:
+        assert reader._runtime is not None
+        _wait_subscribed(hub)
+    finally:
+        reader.stop()
+    assert reader._runtime is None
+
+
+def test_messages_flow_into_batches_with_dense_offsets(hub: broker.Endpoint) -> None:
+    reader = _reader(hub, format="zeek")
+    try:
+        start = reader.initialOffset()
+        assert start == {"offset": 0}
+        assert reader.initialOffset() == start  # Spark asks twice
+        _wait_subscribed(hub)
+        _publish(hub, 0, 300)
+        _spooled(reader, 300)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {"offset": 300}
+        rows = _rows(reader, start, end)
+        assert [r["offset"] for r in rows] == list(range(300))
+        first = rows[0]
+        assert first["topic"] == "zeek/events"
+        assert first["event"] == "ping"
+        assert first["data"] == dumps_value(zeek.Event("ping", broker.Count(0), "x").as_data())
+        assert (
+            first["args"] == '[{"@data-type":"count","data":0},{"@data-type":"string","data":"x"}]'
+        )
+        assert first["sender"] == hub.node_id()
+        assert first["received_at"] is not None
+        # The same range reads the same rows, however often.
+        assert _rows(reader, start, end) == rows
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing new
+    finally:
+        reader.stop()
+
+
+def test_read_limit_and_available_now(hub: broker.Endpoint) -> None:
+    reader = _reader(hub, maxRecordsPerTrigger="40")
+    try:
+        assert reader.getDefaultReadLimit() == ReadMaxRows(40)
+        start = reader.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 100)
+        _spooled(reader, 100)
+        ends = []
+        offset = start
+        while True:
+            nxt = reader.latestOffset(offset, ReadMaxRows(40))
+            if nxt == offset:
+                break
+            ends.append(nxt["offset"])
+            offset = nxt
+        assert ends == [40, 80, 100]
+        # The engine may override the default limit: all available.
+        assert reader.latestOffset(start, ReadAllAvailable()) == {"offset": 100}
+        reader.prepareForTriggerAvailableNow()
+        _publish(hub, 100, 10)
+        _spooled(reader, 110)
+        # What arrived after prepareForTriggerAvailableNow is not part of this run.
+        assert reader.latestOffset(offset, ReadAllAvailable()) == {"offset": 100}
+    finally:
+        reader.stop()
+
+
+def test_partitions_split_and_spool_mode(hub: broker.Endpoint, tmp_path) -> None:
+    reader = _reader(
+        hub,
+        spoolPath=str(tmp_path / "spool"),
+        partitionData="spool",
+        maxRecordsPerPartition="100",
+    )
+    try:
+        start = reader.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 250)
+        _spooled(reader, 250)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        parts = reader.partitions(start, end)
+        assert [(p.start, p.end) for p in parts] == [(0, 84), (84, 167), (167, 250)]
+        assert all(p.packed is None and p.spool_path for p in parts)
+        rows = _rows(reader, start, end)
+        assert [r["offset"] for r in rows] == list(range(250))
+        assert reader.partitions(end, end) == []
+    finally:
+        reader.stop()
+
+
+def test_earliest_and_latest_with_a_kept_spool(hub: broker.Endpoint, tmp_path) -> None:
+    spool = str(tmp_path / "spool")
+    first = _reader(hub, spoolPath=spool)
+    try:
+        first.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 20)
+        _spooled(first, 20)
+    finally:
+        first.stop()
+    assert os.path.isdir(spool)  # a spoolPath outlives the reader
+    for starting, expected in (("earliest", 0), ("latest", 20)):
+        reader = _reader(hub, spoolPath=spool, startingOffsets=starting)
+        try:
+            assert reader.initialOffset() == {"offset": expected}
+        finally:
+            reader.stop()
+
+
+def test_temporary_spool_is_removed_at_stop(hub: broker.Endpoint) -> None:
+    reader = _reader(hub)
+    reader.initialOffset()
+    runtime = reader._runtime
+    assert runtime is not None
+    path = runtime.spool_path
+    endpoint = runtime.endpoint
+    assert os.path.isdir(path)
+    reader.stop()
+    assert not os.path.exists(path)
+    assert endpoint is not None and endpoint.is_shutdown
+    reader.stop()  # idempotent
+
+
+def _retained(hub: broker.Endpoint, tmp_path, fail: str) -> tuple[BrokerStreamReader, dict]:
+    """A reader whose first 300 messages were dropped by retention before Spark read them."""
+    reader = _reader(
+        hub,
+        spoolPath=str(tmp_path / "spool"),
+        failOnDataLoss=fail,
+        **{"spool.segmentBytes": "4k", "spool.retentionBytes": "8k"},
+    )
+    start = reader.initialOffset()
+    _wait_subscribed(hub)
+    _publish(hub, 0, 300)
+    _spooled(reader, 300)
+    runtime = reader._runtime
+    assert runtime is not None and runtime.spool is not None
+    earliest = runtime.spool.enforce_retention(0)
+    assert 0 < earliest < 300
+    return reader, start
+
+
+def test_data_loss_fails_when_asked(hub: broker.Endpoint, tmp_path) -> None:
+    reader, start = _retained(hub, tmp_path, "true")
+    try:
+        with pytest.raises(BrokerDataLossError, match="failOnDataLoss=false"):
+            reader.latestOffset(start, ReadAllAvailable())
+        with pytest.raises(BrokerDataLossError, match="no longer in the spool"):
+            reader.partitions(start, {"offset": 300})
+    finally:
+        reader.stop()
+
+
+def test_data_loss_skips_ahead_otherwise(hub: broker.Endpoint, tmp_path, caplog) -> None:
+    reader, start = _retained(hub, tmp_path, "false")
+    try:
+        earliest = reader._runtime.spool.start_offset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {"offset": 300}
+        rows = _rows(reader, start, end)
+        assert [r["offset"] for r in rows] == list(range(earliest, 300))
+        assert "skipping them" in caplog.text
+    finally:
+        reader.stop()
+
+
+def test_checkpoint_beyond_the_spool(hub: broker.Endpoint, tmp_path) -> None:
+    # A restarted query whose spool did not survive: Spark re-plans [30, 35).
+    strict = _reader(hub)
+    with pytest.raises(BrokerDataLossError, match="set spoolPath"):
+        strict.partitions({"offset": 30}, {"offset": 35})
+    assert strict._runtime is None  # nothing left running after the failure
+    lenient = _reader(hub, failOnDataLoss="false")
+    try:
+        assert lenient.partitions({"offset": 30}, {"offset": 35}) == []
+        start = {"offset": 35}
+        _wait_subscribed(hub)
+        _publish(hub, 0, 5)
+        _spooled(lenient, 5)
+        end = lenient.latestOffset(start, ReadAllAvailable())
+        assert end == {"offset": 40}
+        assert [r["offset"] for r in _rows(lenient, start, end)] == list(range(35, 40))
+    finally:
+        lenient.stop()
+
+
+def test_unreachable_peer_fails_at_the_first_offset_call() -> None:
+    opts = parse_reader_options({"topics": "a", "peer": "127.0.0.1:1", "ssl.disable": "true"})
+    reader = BrokerStreamReader(opts, default_schema())
+    with pytest.raises(BrokerOptionError, match="peer=.*127.0.0.1:1.*cannot peer"):
+        reader.initialOffset()
+    assert reader._runtime is None
+
+
+def test_offsets_are_stable_json() -> None:
+    assert SpoolOffset(7).to_json() == '{"offset": 7}'
+    part = SpoolPartition(0, 3, packed=b"")
+    assert pickle.loads(pickle.dumps(part)).packed == b""
+
+
+def test_listen_for_a_peer_with_tls() -> None:
+    """A Zeek node may peer with the query (``listen``); TLS is on by default (anonymous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = parse_reader_options({"topics": "zeek/", "listen": f"127.0.0.1:{port}"})
+    reader = BrokerStreamReader(opts, default_schema())
+    node = broker.Endpoint()  # default configuration: TLS
+    try:
+        start = reader.initialOffset()
+        assert node.peer("127.0.0.1", port, 0)
+        wait_for(lambda: node.peer_subscriptions(), 20, "the reader's subscription")
+        _publish(node, 0, 10)
+        _spooled(reader, 10)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert [r["offset"] for r in _rows(reader, start, end)] == list(range(10))
+    finally:
+        node.shutdown()
+        reader.stop()

@@ -1,0 +1,228 @@
+"""``spark.readStream.format("broker")`` with a real local SparkSession.
+
+An endpoint in the test process (the hub) listens; each query's endpoint
+peers with it, subscribes, and the hub publishes. ``format("broker")`` is
+found through the ``pyspark_broker`` module, with no register call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import spark_fixtures
+from chispa import assert_df_equality
+from spark_fixtures import PeerWatch, drain_until, running
+
+import broker_spark as broker
+from broker_spark import zeek
+from broker_spark.data.json_codec import dumps_value
+
+hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
+spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
+
+TRIGGER = "100 milliseconds"
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+
+TOPIC = "zeek/events/"
+
+
+def _source(spark: Any, hub: broker.Endpoint, **options: str) -> Any:
+    reader = spark.readStream.format("broker")
+    for key, value in {
+        "topics": TOPIC,
+        "peer": f"127.0.0.1:{hub.hub_port}",
+        "ssl.disable": "true",
+        **options,
+    }.items():
+        reader = reader.option(key, value)
+    return reader
+
+
+def _event(i: int) -> zeek.Event:
+    return zeek.Event("ping", broker.Count(i), f"host-{i}")
+
+
+def _publish(hub: broker.Endpoint, first: int, count: int) -> None:
+    hub.publish_batch(*[(TOPIC + "ping", _event(i)) for i in range(first, first + count)])
+
+
+def _count(spark: Any, table: str) -> int:
+    return spark.sql(f"SELECT count(*) FROM {table}").first()[0]
+
+
+def test_default_zeek_and_typed_schemas(spark: Any, hub: broker.Endpoint) -> None:
+    watch = PeerWatch(hub)
+    typed = "topic STRING, offset LONG, n BIGINT, host STRING"
+    queries = [
+        _source(spark, hub).load(),
+        _source(spark, hub, format="zeek").load(),
+        _source(spark, hub, format="zeek").schema(typed).load(),
+    ]
+    assert queries[0].columns == ["topic", "data", "sender", "received_at", "offset"]
+    assert queries[1].columns[-2:] == ["event", "args"]
+    names = ["plain", "zeekfmt", "typed"]
+    started = []
+    try:
+        for df, name in zip(queries, names, strict=True):
+            started.append(
+                df.writeStream.format("memory")
+                .queryName(name)
+                .trigger(processingTime=TRIGGER)
+                .start()
+            )
+        watch.wait_added(3)
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 0, 20)
+        hub.publish(TOPIC + "odd", zeek.Event("ping", "not a count", "h"))  # does not fit n
+        hub.publish(TOPIC + "odd", broker.Count(7))  # not an event at all
+        for query, name in zip(started, names, strict=True):
+            drain_until(query, lambda name=name: _count(spark, name), 22)
+    finally:
+        for query in started:
+            query.stop()
+        watch.close()
+
+    plain = spark.sql("SELECT topic, data, offset FROM plain WHERE offset < 20")
+    expected = spark.createDataFrame(
+        [(TOPIC + "ping", dumps_value(_event(i).as_data()), i) for i in range(20)],
+        "topic STRING, data STRING, offset LONG",
+    )
+    assert_df_equality(plain, expected, ignore_row_order=True, ignore_nullable=True)
+    senders = spark.sql("SELECT DISTINCT sender FROM plain").collect()
+    assert [row.sender for row in senders] == [hub.node_id()]
+
+    events = spark.sql("SELECT event, args FROM zeekfmt WHERE offset = 3").first()
+    assert events.event == "ping"
+    assert events.args == (
+        '[{"@data-type":"count","data":3},{"@data-type":"string","data":"host-3"}]'
+    )
+    assert spark.sql("SELECT event FROM zeekfmt WHERE offset = 21").first().event is None
+
+    rows = {r.offset: r for r in spark.sql("SELECT * FROM typed").collect()}
+    assert (rows[5].n, rows[5].host, rows[5].topic) == (5, "host-5", TOPIC + "ping")
+    assert (rows[20].n, rows[20].host) == (None, "h")  # the misfit is null, the rest stays
+    assert (rows[21].n, rows[21].host) == (None, None)
+
+
+def test_max_records_per_trigger_makes_several_batches(spark: Any, hub: broker.Endpoint) -> None:
+    watch = PeerWatch(hub)
+    query = (
+        _source(spark, hub, maxRecordsPerTrigger="15")
+        .load()
+        .writeStream.format("memory")
+        .queryName("limited")
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    with running(query):
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 0, 50)
+        drain_until(query, lambda: _count(spark, "limited"), 50)
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    watch.close()
+    assert sum(sizes) == 50
+    assert max(sizes) <= 15
+    assert len(sizes) >= 4
+
+
+def _offsets_by_batch(target: dict[int, list[int]]) -> Any:
+    def record(df: Any, batch_id: int) -> None:
+        target.setdefault(batch_id, [])
+        target[batch_id].append(sorted(r.offset for r in df.select("offset").collect()))
+
+    return record
+
+
+def test_restart_resumes_without_loss_or_duplicates(
+    spark: Any, hub: broker.Endpoint, tmp_path: Any
+) -> None:
+    spool, checkpoint = str(tmp_path / "spool"), str(tmp_path / "checkpoint")
+    runs: dict[int, list[list[int]]] = {}
+    watch = PeerWatch(hub)
+
+    def start() -> Any:
+        return (
+            _source(spark, hub, spoolPath=spool)
+            .load()
+            .writeStream.foreachBatch(_offsets_by_batch(runs))
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=TRIGGER)
+            .start()
+        )
+
+    def seen() -> set[int]:
+        return {o for calls in runs.values() for o in calls[-1]}
+
+    with running(start()) as first:
+        watch.wait_added(1)
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 0, 30)
+        drain_until(first, lambda: len(seen()), 30)
+    # Forget the last batch's commit: the restarted query must plan it again, same offsets.
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(name) for name in os.listdir(commits) if name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        if os.path.exists(os.path.join(commits, name)):
+            os.remove(os.path.join(commits, name))
+    with running(start()) as second:
+        watch.wait_added(2)
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 30, 30)
+        drain_until(second, lambda: len(seen()), 60)
+    assert len(runs[last]) == 2 and runs[last][0] == runs[last][1]  # re-read identically
+    offsets = [o for calls in runs.values() for o in calls[-1]]
+    assert sorted(offsets) == list(range(60))  # nothing lost, nothing doubled
+
+    # availableNow over the same spool: everything it holds, then the query ends by itself.
+    got: dict[int, list[list[int]]] = {}
+    query = (
+        _source(spark, hub, spoolPath=spool, startingOffsets="earliest", maxRecordsPerTrigger="25")
+        .load()
+        .writeStream.foreachBatch(_offsets_by_batch(got))
+        .option("checkpointLocation", str(tmp_path / "available-now"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with running(query):
+        assert query.awaitTermination(60)
+    assert sorted(o for calls in got.values() for o in calls[-1]) == list(range(60))
+    assert len(got) >= 3  # the read limit applies to availableNow too
+    watch.close()
+
+
+def test_fail_on_data_loss_both_ways(spark: Any, hub: broker.Endpoint, tmp_path: Any) -> None:
+    checkpoint = str(tmp_path / "checkpoint")
+    watch = PeerWatch(hub)
+    offsets: list[int] = []
+
+    def start(**options: str) -> Any:
+        return (
+            _source(spark, hub, **options)
+            .load()
+            .writeStream.foreachBatch(
+                lambda df, _id: offsets.extend(r.offset for r in df.select("offset").collect())
+            )
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=TRIGGER)
+            .start()
+        )
+
+    # No spoolPath: the spool does not survive the query, so a restart finds offsets gone.
+    with running(start()) as first:
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 0, 10)
+        drain_until(first, lambda: len(offsets), 10)
+    with running(start()) as strict:
+        with pytest.raises(Exception, match="lost") as failure:
+            strict.awaitTermination(60)
+        assert "failOnDataLoss=false" in str(failure.value)
+    with running(start(failOnDataLoss="false")) as lenient:
+        watch.wait_added(2)
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 10, 5)
+        drain_until(lenient, lambda: len(offsets), 15)
+    assert offsets == list(range(15))  # new offsets continue after the checkpoint
+    watch.close()
