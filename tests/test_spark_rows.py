@@ -293,3 +293,17 @@ def test_java_check(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JavaMissingError, match="no java on PATH"):
         require_java()
+
+
+def test_a_stream_commit_counts_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
+    from broker_spark.spark.writers import BrokerCommitMessage, BrokerStreamWriter
+
+    schema = pa.schema([("topic", pa.string()), ("n", pa.int64())])
+    writer = BrokerStreamWriter(parse_writer_options(_PEER), schema)
+    messages = [BrokerCommitMessage(5, 0, 0), BrokerCommitMessage(7, 1, 1)]
+    with caplog.at_level("INFO", logger="broker_spark.spark.writers"):
+        writer.commit(messages, 3)
+        writer.commit(messages, 3)  # Spark may commit a batch again after a restart
+    assert [r.getMessage() for r in caplog.records] == [
+        "batch 3: 12 messages published by 2 tasks, 1 bad rows"
+    ]

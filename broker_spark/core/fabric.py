@@ -261,6 +261,8 @@ class Fabric:
             else:
                 continue
             core.emit(Status(code, EndpointInfo(core.id_to_str(node)), text))
+        if self.peering.awaiting_routes:
+            self.peering.routes_learned()
         if router.routes_version != self._routes_version:
             self._routes_version = router.routes_version
             self.version += 1

@@ -154,6 +154,8 @@ class Peering:
         self.listeners: list[Listener] = []
         self.tasks: set[asyncio.Task] = set()
         self.fabric = Fabric(self)
+        #: ``peer()`` targets connected over version 2, waiting for their neighbour's routes.
+        self.awaiting_routes: set[Target] = set()
         self._refresh_pending = False
         core.reachable_elsewhere = self.fabric.reachable
         core.close_hooks.append(self.close)
@@ -327,15 +329,31 @@ class Peering:
     def link_added(self, link: TcpLink) -> None:
         self.release_claim(link.conn)
         mine = link.conn.target
+        ready = True
+        if link.version >= 2:
+            self.fabric.add_link(link)
+            # Over version 2 we route by what the router knows: ``peer()`` returns
+            # once it learned the neighbour's subscription, so a publish right after
+            # it reaches the neighbour (its filter is known, as after a v1 handshake).
+            ready = self.fabric.router.timestamp_of(link.peer_id) is not None
         for target in self.targets.values():
             if target is mine or target.peer_id == link.peer_id:
                 target.peer_id = link.peer_id
                 target.failures = 0
                 target.cancel_timer()
-                target.resolve(True)
-        if link.version >= 2:
-            self.fabric.add_link(link)
+                if ready:
+                    target.resolve(True)
+                else:
+                    self.awaiting_routes.add(target)
         self.refresh_filters()
+
+    def routes_learned(self) -> None:
+        """Resolve ``peer()`` calls whose version 2 neighbour's subscription has arrived."""
+        router = self.fabric.router
+        for target in list(self.awaiting_routes):
+            if target.peer_id is not None and router.timestamp_of(target.peer_id) is not None:
+                self.awaiting_routes.discard(target)
+                target.resolve(True)
 
     def link_lost(self, link: TcpLink, reason: SC) -> None:
         """The connection under ``link`` ended (or said goodbye): tell the fabric, then the core."""

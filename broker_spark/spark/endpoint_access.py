@@ -12,6 +12,9 @@ place, to the core's queues, whose items are node messages (see
 * :func:`publish_encoded` appends pre-encoded data messages to the endpoint's
   publish queue, exactly where ``Endpoint.publish`` puts what it encoded.
 
+(:mod:`~broker_spark.spark.delivery` reaches into the links, for the same
+reason: the facade has no acknowledged flush.)
+
 Should the facade grow public equivalents, only this module changes.
 """
 
@@ -23,6 +26,7 @@ from typing import Any
 
 from broker_spark.core.message import DATA, SharedMessage
 from broker_spark.endpoint import Endpoint
+from broker_spark.errors import ShutdownError
 from broker_spark.subscriber import Subscriber
 from broker_spark.topic import as_topic_str
 
@@ -52,8 +56,6 @@ class RawSubscription:
         """
         queue = self._subscriber._queue  # the one private access for reading
         if queue is None:
-            from broker_spark.errors import ShutdownError
-
             raise ShutdownError("the subscription was closed")
         items = queue.take(n, timeout)
         return [self._record(item) for item in items]
