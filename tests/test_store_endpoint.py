@@ -381,8 +381,10 @@ def test_clone_reads_wait_for_the_first_snapshot() -> None:
         m = a.attach_master("s")
         m.put("k", "v")
         clone = b.attach_clone("s")
-        threading.Timer(0.2, memory_link.connect, (a, b)).start()
+        later = threading.Timer(0.2, memory_link.connect, (a, b))
+        later.start()
         assert clone.get("k") == "v"  # waited for the master's snapshot
+        later.join(5)
     finally:
         a.shutdown()
         b.shutdown()

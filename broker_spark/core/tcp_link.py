@@ -274,12 +274,20 @@ class TcpLink(Link):
                     if msg is not None:
                         append(msg)
                 elif kind <= REVOCATION:
+                    if batch:  # hand over what came first: routing may close the link
+                        self.source.offer(batch)
+                        batch = []
+                        append = batch.append
                     self.peering.fabric.receive_routing(self, body)
                 else:
                     self._bad(f"unknown message type 0x{kind:02x}")
                 if self.closed:
                     return
             else:
+                if batch:  # hand over what came first: a goodbye ping closes the link
+                    self.source.offer(batch)
+                    batch = []
+                    append = batch.append
                 self._control(body)
                 if self.closed:
                     return

@@ -301,6 +301,23 @@ class CloneState:
         self._forward(content)
         self._pump()
 
+    def local_many(self, contents: Iterable[Action], now: int) -> None:
+        """Forward several writes at once (one pass of the channel machinery for all).
+
+        ``add`` and ``subtract`` still get :meth:`local`'s check against the
+        replica, one by one; a failing one raises and the writes after it are
+        not sent.
+        """
+        self._now = now
+        entity = self.entity
+        for content in contents:
+            if isinstance(content, (AddCommand, SubtractCommand)):
+                self._pump()
+                self.local(content, now)
+            else:
+                self._forward(with_publisher(content, entity))
+        self._pump()
+
     def put_unique(self, key: Any, value: Any, expiry: int | None, now: int) -> int:
         """Ask the master to insert ``key`` only if absent; the answer comes later.
 
