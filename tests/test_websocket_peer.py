@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 import broker_spark as broker
@@ -211,10 +212,13 @@ class FakeZeek:
             try:
                 for text in ws:
                     self.received.put(text)
+            except ConnectionClosed:
+                pass  # the bridge may drop the socket without a close frame at shutdown
             finally:
                 done.set()
 
-        threading.Thread(target=reader, daemon=True).start()
+        reading = threading.Thread(target=reader, daemon=True)
+        reading.start()
         while not done.is_set():
             try:
                 text = self.to_send.get(timeout=0.05)
@@ -223,6 +227,8 @@ class FakeZeek:
             if text is None:
                 break
             ws.send(text)
+        ws.close()
+        reading.join(WAIT)
 
     def close(self) -> None:
         self.to_send.put(None)

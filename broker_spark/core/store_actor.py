@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from broker_spark.core.message import COMMAND, DATA
 from broker_spark.core.queues import Source
 from broker_spark.data.binary import encode
-from broker_spark.errors import EC, DecodeError, StoreError
+from broker_spark.errors import EC, DecodeError, ShutdownError, StoreError
 from broker_spark.status import EndpointInfo, Error
 from broker_spark.store.clone import CloneState
 from broker_spark.store.commands import (
@@ -210,7 +210,7 @@ class StoreActor:
         """Role-specific timers."""
 
     def peers_lost(self, endpoints: set[bytes]) -> None:
-        """Neighbours went away (statuses PeerLost, PeerRemoved, EndpointUnreachable)."""
+        """Endpoints became unreachable (status ``EndpointUnreachable``)."""
 
     # -- requests (coroutines on the loop) ----------------------------------------------------
 
@@ -247,7 +247,7 @@ class StoreActor:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise StoreError(f"store {self.name!r} is closed", EC.ShuttingDown)
+            raise ShutdownError(f"store {self.name!r} is closed: its endpoint shut down")
 
     # -- shutdown ------------------------------------------------------------------------------
 
