@@ -32,8 +32,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP)
-	$(BIN)/python bench/codec.py
-	$(BIN)/python bench/endpoint.py
+	$(BIN)/broker-spark bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -17,13 +17,28 @@ What is measured, on a local SparkSession (``local[2]``), in one run:
   default) and executors reading a shared spool (``spool``).
   A third run paces the publisher at 20,000 events/s, below what the query
   keeps up with, for the delay of a query that is not saturated (a
-  saturated one's delay is its backlog).
+  saturated one's delay is its backlog). A fourth publishes the same events
+  pre-encoded (``publish_encoded`` of payloads made from one template), as
+  a Zeek node does, whose C++ encoding costs none of the 2 cores: the
+  Python encoding in the publisher is a third of the CPU of the other runs.
 - **ceiling**: Spark's built-in ``rate-micro-batch`` source into the same sink
   with the same trigger, in the same session: what Spark itself manages here.
 - **write**: ``spark.range(N)`` as ``topic``, ``n``, ``uid``, ``x`` columns (a
   vector per row) written with ``df.write.format("broker")`` to a subscribing
   endpoint in another process; rows per second from the start of ``save()``
   until it returned (every task waits for the subscriber's acknowledgement).
+
+Before measuring, one read and one write run unmeasured: the JVM's JIT
+compiler spends more CPU than the query itself in a session's first minute.
+Every run also reports the CPU each process used per row (from ``/proc``):
+publisher or subscriber, the reader's driver-side process (endpoint, spool,
+planning), the Python workers that convert or encode rows, and the JVM. On 2
+cores their sum bounds the rate: 2,000,000 / (microseconds per row).
+
+Settings: Spark's defaults, except what a local test session needs. Writers
+get Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows
+(10,000 by default; 100,000 measured the same); the reader yields one Arrow
+batch per partition, of at most ``maxRecordsPerPartition`` rows (100,000).
 
 ``--quick`` shortens everything (a smoke test); ``--json`` prints the figures
 as JSON instead of a Markdown table.
@@ -39,6 +54,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -63,12 +79,34 @@ def _config() -> Configuration:
 # --- the processes on the Broker side ---------------------------------------------------------
 
 
-def _publisher(conn: Any, seconds: float, rate: float | None = None) -> None:
+_MARKER = 0x0102030405060708
+
+
+def _event(i: int) -> tuple:
+    one = broker.Count(1)
+    return (one, one, ("conn_seen", (broker.Count(i), "CHhAvVGS1DHFjwGM9")))
+
+
+def _preencoded(first: int, count: int) -> list[tuple[str, bytes]]:
+    """The events ``first`` to ``first + count - 1`` as Broker binary, from one template."""
+    from broker_spark.data.binary import encode
+
+    template = encode(_event(_MARKER))
+    at = template.index(_MARKER.to_bytes(8, "big"))
+    head, tail = template[:at], template[at + 8 :]
+    topic = TOPIC + "conn"
+    return [(topic, head + i.to_bytes(8, "big") + tail) for i in range(first, first + count)]
+
+
+def _publisher(conn: Any, seconds: float, rate: float | None = None, raw: bool = False) -> None:
     """Listen, wait for the query to subscribe, publish events for ``seconds``; log the clock.
 
-    As fast as the peering takes them, or ``rate`` events per second.
+    As fast as the peering takes them, or ``rate`` events per second. ``raw``
+    publishes the events' Broker binary (as a Zeek node would, whose encoding
+    costs no Python time) instead of encoding each in Python with ``publish_batch``.
     """
-    one, event = broker.Count(1), broker.Count(1)
+    from broker_spark.spark.endpoint_access import publish_encoded
+
     with broker.Endpoint(_config()) as ep:
         conn.send(ep.listen("127.0.0.1", 0))
         while not ep.peer_subscriptions():
@@ -85,12 +123,10 @@ def _publisher(conn: Any, seconds: float, rate: float | None = None) -> None:
                 ahead = began + sent / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
-            ep.publish_batch(
-                *[
-                    (topic, (one, event, ("conn_seen", (broker.Count(i), "CHhAvVGS1DHFjwGM9"))))
-                    for i in range(sent, sent + size)
-                ]
-            )
+            if raw:
+                publish_encoded(ep, _preencoded(sent, size))
+            else:
+                ep.publish_batch(*[(topic, _event(i)) for i in range(sent, sent + size)])
             sent += size
             if sent % MARK_EVERY < size:
                 marks.append((sent, time.time()))
@@ -116,6 +152,99 @@ def _subscriber(conn: Any, expected: int) -> None:
             last = time.time()
         conn.send((got, first, last))
         sub.close()
+
+
+# --- where the CPU goes -------------------------------------------------------------------------
+
+
+def _role(cmd: str) -> str:
+    if "java" in cmd.split(" ", 1)[0]:
+        return "jvm"
+    if "python_streaming_source_runner" in cmd:
+        return "reader (driver side)"
+    if "pyspark.worker" in cmd:
+        return "python workers (read/write)"
+    if "multiprocessing" in cmd:
+        return "publisher/subscriber"
+    if "pyspark" in cmd:
+        return "python workers (planning)"
+    return "bench (driver, sampler)"
+
+
+class CpuSampler:
+    """CPU seconds used by this process and its descendants while running, by role.
+
+    Reads ``/proc`` every 0.2 s (Linux only; elsewhere it reports nothing): a
+    process that ends between two looks loses at most its last 0.2 s.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[float, str]] = {}
+        self._base: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _look(self) -> dict[int, tuple[float, str]]:
+        stats: dict[int, tuple[int, float]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(name)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / self._tick)
+        ours = {os.getpid()}
+        grew = True
+        while grew:
+            grew = False
+            for pid, (ppid, _) in stats.items():
+                if ppid in ours and pid not in ours:
+                    ours.add(pid)
+                    grew = True
+        out = {}
+        for pid in ours:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            out[pid] = (stats[pid][1], cmd)
+        return out
+
+    def _remember(self, looked: dict[int, tuple[float, str]]) -> None:
+        for pid, (cpu, cmd) in looked.items():
+            if not cmd and pid in self._seen:  # an exited process: keep what it was
+                cmd = self._seen[pid][1]
+            self._seen[pid] = (cpu, cmd)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._remember(self._look())
+
+    def __enter__(self) -> CpuSampler:
+        if os.path.isdir("/proc"):
+            first = self._look()
+            self._base = {pid: cpu for pid, (cpu, _) in first.items()}
+            self._remember(first)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self._remember(self._look())
+
+    def by_role(self) -> dict[str, float]:
+        roles: dict[str, float] = {}
+        for pid, (cpu, cmd) in self._seen.items():
+            used = cpu - self._base.get(pid, 0.0)
+            if used > 0:
+                roles[_role(cmd)] = roles.get(_role(cmd), 0.0) + used
+        return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 
 
 # --- Spark -------------------------------------------------------------------------------------
@@ -175,11 +304,11 @@ def _sustained(progress: list[dict]) -> tuple[float, int, float]:
 
 
 def bench_read(
-    spark: Any, seconds: float, partition_data: str, rate: float | None = None
+    spark: Any, seconds: float, partition_data: str, rate: float | None = None, raw: bool = False
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_publisher, args=(theirs, seconds, rate), daemon=True)
+    proc = ctx.Process(target=_publisher, args=(theirs, seconds, rate, raw), daemon=True)
     proc.start()
     port = ours.recv()
     spool = tempfile.mkdtemp(prefix="bench-spool-")
@@ -191,6 +320,7 @@ def bench_read(
         .option("partitionData", partition_data)
         .option("spoolPath", spool)
     )
+    sampler = CpuSampler().__enter__()
     query = reader.load().writeStream.format("noop").trigger(processingTime=TRIGGER).start()
     try:
         assert ours.recv() == "subscribed"
@@ -208,6 +338,7 @@ def bench_read(
         query.stop()
         ours.send("done")
         proc.join(10)
+        sampler.__exit__()
     rate, rows, elapsed = _sustained(progress)
     oldest, newest = [], []
     for p in progress:
@@ -231,7 +362,13 @@ def bench_read(
         "delay_oldest_median_s": statistics.median(oldest) if oldest else None,
         "delay_oldest_max_s": max(oldest) if oldest else None,
         "delay_newest_median_s": statistics.median(newest) if newest else None,
+        "cpu_us_per_row": _per_row(sampler.by_role(), sent),
     }
+
+
+def _per_row(roles: dict[str, float], rows: int) -> dict[str, float]:
+    """CPU microseconds per row by role (all of a run, start-up and draining included)."""
+    return {role: round(cpu * 1e6 / max(1, rows), 2) for role, cpu in roles.items()}
 
 
 def bench_rate_ceiling(spark: Any, seconds: float, rows_per_batch: int) -> dict[str, Any]:
@@ -265,6 +402,7 @@ def bench_write(spark: Any, rows: int) -> dict[str, Any]:
         "CAST(id AS DOUBLE) * 0.5 AS x",
     )
     start = time.time()
+    sampler = CpuSampler().__enter__()
     (
         df.write.format("broker")
         .mode("append")
@@ -275,18 +413,33 @@ def bench_write(spark: Any, rows: int) -> dict[str, Any]:
     elapsed = time.time() - start
     got, first, last = ours.recv()
     proc.join(10)
+    sampler.__exit__()
     return {
         "rows": rows,
         "received": got,
         "rows_per_s": rows / elapsed,
         "seconds": elapsed,
         "subscriber_rows_per_s": got / max(1e-9, last - first) if first else 0.0,
+        "cpu_us_per_row": _per_row(sampler.by_role(), rows),
     }
 
 
-def _warm_up(spark: Any) -> None:
-    """One small write and read, so the first measured query does not pay Spark's start-up."""
+def _ceiling_rows(trigger: str) -> int:
+    """Rows per batch that offer ``rate-micro-batch`` 2,000,000 rows/s at ``trigger``
+    (more than it keeps up with here, so it runs back to back)."""
+    number, _, unit = trigger.strip().partition(" ")
+    seconds = float(number) / (1000 if unit.startswith("milli") else 1)
+    return max(1, int(2_000_000 * seconds))
+
+
+def _warm_up(spark: Any, seconds: float) -> None:
+    """A read and a write that are not measured, so the measured ones do not pay for the JVM's
+    start: its JIT compiler spends more CPU than the query itself during the first minute
+    (measured: 0.45 s of JVM CPU per micro-batch in the first 15 s of a session, 0.13 s after
+    a minute), and the read runs came first."""
     spark.range(10).selectExpr("id").collect()
+    bench_read(spark, seconds, "inline")
+    bench_write(spark, 200_000)
 
 
 def main() -> None:
@@ -295,18 +448,23 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--seconds", type=float, default=None, help="publishing time per read run")
     parser.add_argument("--rows", type=int, default=None, help="rows to write")
+    parser.add_argument(
+        "--trigger", default="500 milliseconds", help="processing-time trigger (500 milliseconds)"
+    )
     args = parser.parse_args()
+    globals()["TRIGGER"] = args.trigger
     seconds = args.seconds or (3.0 if args.quick else 20.0)
     rows = args.rows or (100_000 if args.quick else 2_000_000)
 
     spark = _session()
     try:
-        _warm_up(spark)
+        _warm_up(spark, 5.0 if args.quick else 40.0)
         results = {
             "read_inline": bench_read(spark, seconds, "inline"),
             "read_spool": bench_read(spark, seconds, "spool"),
             "read_paced": bench_read(spark, seconds, "inline", PACED_RATE),
-            "rate_ceiling": bench_rate_ceiling(spark, seconds, 1_000_000),
+            "read_raw": bench_read(spark, seconds, "inline", raw=True),
+            "rate_ceiling": bench_rate_ceiling(spark, seconds, _ceiling_rows(TRIGGER)),
             "write": bench_write(spark, rows),
             "cpus": os.cpu_count(),
         }
@@ -333,6 +491,7 @@ def _table(r: dict[str, Any]) -> None:
         ("read_inline", "read, inline partitions"),
         ("read_spool", "read, shared spool"),
         ("read_paced", paced),
+        ("read_raw", "read, inline, publisher sending pre-encoded events"),
     ):
         x = r[key]
         delay = (
@@ -354,6 +513,11 @@ def _table(r: dict[str, Any]) -> None:
         f"| {_fmt(w['seconds'], 1)} | subscriber saw {w['received']:,} at "
         f"{_fmt(w['subscriber_rows_per_s'])}/s |"
     )
+    print("\nCPU microseconds per row, by process (whole run, start-up and draining included):\n")
+    for key in ("read_inline", "read_spool", "read_raw", "write"):
+        cpu = r[key]["cpu_us_per_row"]
+        parts = ", ".join(f"{role} {us:.2f}" for role, us in cpu.items())
+        print(f"- {key}: {sum(cpu.values()):.2f} in all: {parts}")
     x = r["read_inline"]
     print(
         f"\nThe publisher offered {_fmt(x['publish_rate'])} events/s "

@@ -172,6 +172,13 @@ class Endpoint:
             prefixes.update(filt)
         return [Topic(p) for p in sorted(prefixes)]
 
+    def topology(self) -> dict[str, Any]:
+        """What this endpoint knows of the network: peers, reachable endpoints, paths
+        and filters, as plain data (an extension; see :mod:`broker_spark.introspect`)."""
+        from broker_spark.introspect import topology_snapshot
+
+        return topology_snapshot(self)
+
     def await_peer(self, node_id: str, timeout: float | _dt.timedelta | None = None) -> bool:
         """Block until ``node_id`` is a peer whose filter we know, or reachable over
         version 2 multi-hop routing; False on timeout."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.core.message import decoded, decoded_frozen
+from broker_spark.core.message import decoded, decoded_all, decoded_frozen
 from broker_spark.core.queues import SubscriberQueue
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.status import Error
@@ -180,6 +180,8 @@ class Subscriber(_QueueReader):
     def _convert(self, items: list) -> list:
         to_item = self._to_item
         try:
+            if to_item is decoded:
+                return decoded_all(items)
             return [to_item(m) for m in items]
         except (DecodeError, BrokerError, ValueError, TypeError):
             return self._convert_skipping(items)

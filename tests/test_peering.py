@@ -65,6 +65,25 @@ def test_chain_with_subscribing_middle_and_batches() -> None:
         assert [v for _, v in end.get(1000, 5.0)] == list(range(1000))
 
 
+def test_middle_hop_replans_learned_relays_when_routes_change() -> None:
+    # b relays a's stream to c and learns what to do with its header; a new
+    # neighbour changes b's routes, so the next messages with the same header
+    # must be planned again (and still reach c exactly once, in order).
+    with endpoints(4) as (a, b, c, d):
+        chain([a, b, c])
+        end = c.make_subscriber("/r", qsize=500)
+        assert wants(a, "/r/x")
+        a.publish_batch(*(("/r/x", i) for i in range(100)))
+        assert end.get(100, 5.0) == [("/r/x", i) for i in range(100)]
+        fabric = peering(b).fabric
+        before = fabric.version
+        d.make_subscriber("/elsewhere")
+        assert d.peer(LOCAL, b.listen(LOCAL, 0), 0)
+        assert wait_for(lambda: fabric.version != before)
+        a.publish_batch(*(("/r/x", i) for i in range(100, 200)))
+        assert end.get(100, 5.0) == [("/r/x", i) for i in range(100, 200)]
+
+
 def test_triangle_delivers_exactly_once() -> None:
     with endpoints(3) as (a, b, c):
         pa, pb, pc = (ep.listen(LOCAL, 0) for ep in (a, b, c))

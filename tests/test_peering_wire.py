@@ -407,3 +407,30 @@ def test_silent_peer_is_lost_after_the_liveness_timeout() -> None:
             assert next_matching(status, lambda s: s.code() == SC.PeerLost) is not None
     finally:
         ep.shutdown()
+
+
+@pytest.mark.parametrize("versions", [(1, 1), (1, 2)], ids=["v1-neighbour", "v2-neighbour"])
+def test_unicast_to_a_neighbour_is_forwarded_not_delivered(versions: tuple[int, int]) -> None:
+    ep = make_endpoint()
+    other = make_endpoint(versions=versions)
+    try:
+        port = ep.listen(LOCAL, 0)
+        here = ep.make_subscriber("/u", qsize=10)
+        there = other.make_subscriber("/u", qsize=10)
+        assert other.peer(LOCAL, port, retry=0)
+        with raw(port) as sock:
+            zeek = ZeekPeer(sock, HIGH_ID)
+            zeek.handshake(ep._core.node_id, "connector", ())
+            assert wants(ep, "/u/y")
+            dest = other._core.node_id
+            zeek.send(encode_node_message(zeek.id, dest, MSG_DATA, 1, "/u/ttl1", encode(0)))
+            zeek.send(encode_node_message(zeek.id, dest, MSG_DATA, 16, "/u/x", encode(1)))
+            zeek.send(encode_node_message(zeek.id, BROADCAST, MSG_DATA, 16, "/u/y", encode(2)))
+            # The unicasts came first: had ep delivered one, it would be here before /u/y.
+            assert here.get(5.0) == ("/u/y", 2)
+            # The neighbour got the live unicast (not the one without TTL) and the broadcast.
+            got = [there.get(5.0), there.get(5.0)]
+            assert sorted(got) == [("/u/x", 1), ("/u/y", 2)]
+    finally:
+        other.shutdown()
+        ep.shutdown()

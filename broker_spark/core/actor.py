@@ -32,6 +32,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
+from threading import get_ident
 from time import monotonic
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,8 @@ class Core:
         self.loop_thread = loop_thread
         self._loop = loop_thread.loop
         self._call_soon_threadsafe = loop_thread.loop.call_soon_threadsafe
+        #: The loop thread's id: wake-ups from the loop itself skip the self-pipe.
+        self._loop_ident = loop_thread.thread.ident
         self.forwarding = not options.disable_forwarding
         self.subscribers: list[SubscriberQueue] = []
         self.status_subscribers: list[SubscriberQueue] = []
@@ -96,6 +99,14 @@ class Core:
         self._ready: deque[Source] = deque()
         self._stalled: list[Source] = []
         self._wake_pending = False
+        # Batching on the loop thread (see begin_io and defer): a pump asked for while
+        # received bytes are handled runs when they are done, and connection flushes
+        # asked for during a pump or an I/O callback run at its end, not a loop
+        # iteration later (each iteration costs a poll and a trip through asyncio).
+        self._io_depth = 0
+        self._pump_after_io = False
+        self._pumping = False
+        self._deferred: list[Callable[[], None]] = []
         self._bid = 0
         self._inject: Source | None = None
         self._inject_lock = threading.Lock()
@@ -115,16 +126,68 @@ class Core:
         self._ready.append(src)
         if not self._wake_pending:
             self._wake_pending = True
-            # A closed loop means the endpoint is gone; nothing left to wake.
-            with contextlib.suppress(RuntimeError):
-                self._call_soon_threadsafe(self._pump)
+            self._schedule_pump()
 
     def wake(self) -> None:
         """Retry stalled sources soon (thread-safe): some destination has room again."""
         if not self._wake_pending:
             self._wake_pending = True
-            with contextlib.suppress(RuntimeError):
+            self._schedule_pump()
+
+    def _schedule_pump(self) -> None:
+        """Run :meth:`_pump` soon.
+
+        From the loop's own thread (a link that received messages) a plain
+        ``call_soon`` does: ``call_soon_threadsafe`` would also write to the
+        loop's self-pipe, a system call that releases the GIL to whichever
+        thread wants it, for up to a switch interval.
+        """
+        # A closed loop means the endpoint is gone; nothing left to wake.
+        with contextlib.suppress(RuntimeError):
+            if get_ident() != self._loop_ident:
                 self._call_soon_threadsafe(self._pump)
+            elif self._io_depth and not self._pumping:
+                self._pump_after_io = True  # end_io runs it
+            else:
+                self._loop.call_soon(self._pump)
+
+    # -- batching on the loop thread ---------------------------------------------------
+
+    def begin_io(self) -> None:
+        """The loop thread starts handling received bytes (pair with :meth:`end_io`)."""
+        self._io_depth += 1
+
+    def end_io(self) -> None:
+        """Received bytes handled: route what they queued, then flush what that wrote.
+
+        Doing both here, in the same loop iteration as the read, keeps a
+        message's way through an endpoint to one wake-up of its loop.
+        """
+        self._io_depth -= 1
+        if self._io_depth:
+            return
+        if self._pump_after_io:
+            self._pump_after_io = False
+            self._pump()
+        if self._deferred:
+            self._run_deferred()
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at the end of the current pump or I/O callback, else soon (loop only).
+
+        Connections flush their send buffers this way: everything routed in
+        one batch leaves in one write, right after the batch.
+        """
+        if self._io_depth or self._pumping:
+            self._deferred.append(fn)
+        else:
+            self._loop.call_soon(fn)
+
+    def _run_deferred(self) -> None:
+        while self._deferred:
+            fns, self._deferred = self._deferred, []
+            for fn in fns:
+                fn()
 
     def make_source(
         self, capacity: int, *, remote: bool = False, link: Link | None = None
@@ -158,6 +221,15 @@ class Core:
         self._wake_pending = False
         if self.closed:
             return
+        self._pumping = True
+        try:
+            self._drain()
+        finally:
+            self._pumping = False
+            if self._deferred and not self._io_depth:
+                self._run_deferred()
+
+    def _drain(self) -> None:
         ready = self._ready
         if self._stalled:
             for src in self._stalled:

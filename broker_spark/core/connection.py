@@ -6,9 +6,10 @@ runs the sans-I/O :class:`~broker_spark.protocol.handshake.Handshake` on them
 until both sides are peered, then hands every later frame to its
 :class:`~broker_spark.core.tcp_link.TcpLink`, which speaks to the core.
 
-Why a plain ``asyncio.Protocol`` and not streams: ``data_received`` gets the
-bytes with no task switch and no intermediate buffer, and outgoing frames of a
-whole loop iteration leave in one ``transport.write``. Flow control uses the
+Why an ``asyncio`` protocol and not streams: received bytes arrive with no task
+switch, and the frames of one batch (a routing pass of the core, or what one
+read forwards) leave in one ``transport.write`` at its end (``Core.defer``). It is a ``BufferedProtocol`` so reads land in one buffer
+per connection (see :meth:`PeerConnection.get_buffer`). Flow control uses the
 transport's own signals: ``pause_writing``/``resume_writing`` bound what we
 buffer for a slow peer, and ``pause_reading`` stops reading while the core's
 inbound queue for this peer is full, so TCP's window pushes back on the sender.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from broker_spark.core.queues import UNBOUNDED_ROOM
 from broker_spark.core.tcp_link import TcpLink
 from broker_spark.errors import EC, SC, DecodeError, PeeringError, ShutdownError
-from broker_spark.protocol.framing import FrameDecoder
+from broker_spark.protocol.envelope_reader import EnvelopeReader
 from broker_spark.protocol.handshake import Handshake
 from broker_spark.status import NetworkInfo, PeerFlags
 
@@ -44,8 +45,11 @@ WRITE_HIGH_WATER = 1 << 20
 #: Seconds a closing connection may take to flush before it is aborted.
 CLOSE_GRACE = 1.0
 
+#: Bytes read from the socket (or TLS) at a time, into the connection's own buffer.
+READ_BUFFER_SIZE = 256 * 1024
 
-class PeerConnection(asyncio.Protocol):
+
+class PeerConnection(asyncio.BufferedProtocol):
     """The protocol of one peer socket, from connect/accept to close."""
 
     def __init__(
@@ -64,7 +68,7 @@ class PeerConnection(asyncio.Protocol):
         self.target = target
         self.tls = tls
         self.transport: Any = None
-        self.decoder = FrameDecoder(peering.max_frame_size)
+        self.decoder = EnvelopeReader(peering.max_frame_size)
         self.handshake: Handshake | None = None
         self.link: TcpLink | None = None
         #: No more input is handled once true (closing, or closed).
@@ -85,6 +89,8 @@ class PeerConnection(asyncio.Protocol):
         self.dropped = 0
         self._room_wanted = False
         self._reading_paused = False
+        # The read side: asyncio reads into this buffer (see get_buffer).
+        self._rview = memoryview(bytearray(READ_BUFFER_SIZE))
 
     def __repr__(self) -> str:
         return f"PeerConnection({self.role}, {self.network!r}, link={self.link!r})"
@@ -119,6 +125,27 @@ class PeerConnection(asyncio.Protocol):
         self._write_now(hs.start())
         self._timer = self.loop.call_at(now + peering.handshake_timeout, self._on_deadline)
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where asyncio reads to: one buffer per connection, reused for every read.
+
+        Reading into our own buffer spares a fresh 256 KiB object per read,
+        which matters most under TLS, where asyncio's copying path allocates
+        one per TLS record (16 KiB), and the allocator returns the memory to
+        the system and faults it back in every time. It must be a memoryview:
+        asyncio's TLS layer fills the rest of a buffer through a slice of it.
+        """
+        return self._rview
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # What the bytes queue for the core is routed, and what that writes is
+        # flushed, before this callback returns (see Core.begin_io).
+        core = self.peering.core
+        core.begin_io()
+        try:
+            self.data_received(self._rview[:nbytes].tobytes())
+        finally:
+            core.end_io()
+
     def data_received(self, data: bytes) -> None:
         if self.closing:
             link = self.link
@@ -137,38 +164,43 @@ class PeerConnection(asyncio.Protocol):
                     "(disable_ssl differs between the two endpoints)",
                 )
                 return
+        link = self.link
+        if link is not None:
+            # Peered: frames with known envelope headers come back as messages already.
+            try:
+                items, raw = self.decoder.feed_messages(data)
+            except DecodeError as exc:
+                self.fail(EC.InvalidMessage, f"invalid frame during the connection: {exc}")
+                return
+            if items:
+                link.receive(items, raw)
+            return
         try:
             bodies = self.decoder.feed(data)
         except DecodeError as exc:
-            phase = "handshake" if self.link is None else "connection"
-            self.fail(
-                EC.PeerInvalid if self.link is None else EC.InvalidMessage,
-                f"invalid frame during the {phase}: {exc}",
-            )
+            self.fail(EC.PeerInvalid, f"invalid frame during the handshake: {exc}")
             return
         if not bodies:
             return
+        hs = self.handshake
+        assert hs is not None
+        i, n = 0, len(bodies)
+        while i < n and not hs.done:
+            out = hs.receive(bodies[i])
+            i += 1
+            if out:
+                self._write_now(out)
+            if hs.failed:
+                self._handshake_failed()
+                return
+        if not hs.done:
+            return
+        self._handshake_done()
         link = self.link
-        if link is None:
-            hs = self.handshake
-            assert hs is not None
-            i, n = 0, len(bodies)
-            while i < n and not hs.done:
-                out = hs.receive(bodies[i])
-                i += 1
-                if out:
-                    self._write_now(out)
-                if hs.failed:
-                    self._handshake_failed()
-                    return
-            if not hs.done:
-                return
-            self._handshake_done()
-            link = self.link
-            if link is None or i == n:
-                return
-            bodies = bodies[i:]
-        link.receive(bodies)
+        if link is None or i == n:
+            return
+        bodies = bodies[i:]
+        link.receive(bodies, len(bodies))
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -307,7 +339,7 @@ class PeerConnection(asyncio.Protocol):
         self._out_msgs += count
         if not self._flush_pending and not self._paused:
             self._flush_pending = True
-            self.loop.call_soon(self._flush)
+            self.peering.core.defer(self._flush)
 
     def _drop_oldest(self, n: int) -> None:
         """Discard the ``n`` oldest queued frames (the buffer is cut at frame lengths)."""
@@ -336,6 +368,9 @@ class PeerConnection(asyncio.Protocol):
             self._out = []
             self._out_msgs = 0
             self.transport.write(b"".join(out))
+        if self._dropping and not self._paused:
+            # The peer reads again and took everything: back to back-pressure.
+            self._dropping = False
         if self._room_wanted and not self._paused:
             self._room_wanted = False
             self.peering.core.wake()
@@ -382,6 +417,13 @@ class PeerConnection(asyncio.Protocol):
                 )
             else:
                 self._dropping = True
+                self._report(
+                    EC.PeerTimeout,
+                    f"the peer read nothing for {now - self._paused_at:.1f} s with "
+                    f"{self._out_msgs} messages waiting: dropping the "
+                    f"{'newest' if policy == 'drop_newest' else 'oldest'} messages "
+                    f"until it reads again (peer_overflow_policy={policy})",
+                )
                 if self._room_wanted:
                     self._room_wanted = False
                     peering.core.wake()

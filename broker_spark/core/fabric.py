@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from broker_spark.core.peering import Peering
     from broker_spark.core.tcp_link import TcpLink
 
-__all__ = ["Fabric"]
+__all__ = ["Fabric", "RelayEntry"]
 
 #: Topics whose branch tables are cached before the cache starts over.
 BRANCH_CACHE_SIZE = 4096
@@ -67,6 +67,20 @@ def plan_payload(body: bytes) -> bytes:
     _sender, _receiver, msg = decode_v2(body)
     assert isinstance(msg, RoutedMessage)
     return msg.payload
+
+
+class RelayEntry:
+    """What this hop does with one routed header, as learned by a link's envelope reader.
+
+    Valid while the fabric's ``version`` (its routes and filters) is unchanged.
+    """
+
+    __slots__ = ("version", "head", "plan")
+
+    def __init__(self, version: int, head: bytes, plan: tuple) -> None:
+        self.version = version
+        self.head = head
+        self.plan = plan
 
 
 class Fabric:
@@ -135,15 +149,21 @@ class Fabric:
             return
         self.flush()
 
-    def receive_routed(self, link: TcpLink, body: bytes) -> tuple | None:
-        """A routed publication: forward its branches; return a tuple if it is for us.
+    def receive_routed(self, link: TcpLink, body: bytes, outbox: dict) -> tuple | None:
+        """A routed publication: queue its branches in ``outbox``; return a tuple if it is for us.
 
         What a hop does depends only on the header (type, TTL, topic, publisher,
         multipath), never on the payload, so the plan -- deliver or not, and the
         header for each child -- is computed once per distinct header and
-        cached until the routes change; each message then costs a slice, a
-        dict lookup and one send per branch.
+        cached until the routes change. The link's envelope reader learns the
+        plan too (a :class:`RelayEntry`), so later messages with the same
+        header reach :meth:`relay` without being cut out and parsed. The
+        copies for each next hop collect in ``outbox`` (``{link: [parts,
+        count]}``) and leave in one send per hop (:meth:`send_outbox`).
         """
+        if self._hops_version != self.version:
+            self._hops.clear()
+            self._hops_version = self.version
         try:
             end = 37 + ((body[35] << 8) | body[36])
             mp_len, mp_start = read_varbyte(body, end + 16)
@@ -151,9 +171,6 @@ class Fabric:
             key = body[32:mp_end] if mp_end <= len(body) else None
         except (IndexError, DecodeError):
             key = None
-        if self._hops_version != self.version:
-            self._hops.clear()
-            self._hops_version = self.version
         plan = self._hops.get(key) if key is not None else None
         if plan is None:
             plan = self._plan_hop(link, body if key is None else body[:mp_end])
@@ -163,21 +180,50 @@ class Fabric:
                 if len(self._hops) >= BRANCH_CACHE_SIZE:
                     self._hops.clear()
                 self._hops[key] = plan
+        if key is None:
+            return self.relay(plan, plan_payload(body), outbox)
+        if body[32] == DATA_V2:
+            head = body[:mp_end]
+            link.conn.decoder.learn(head, RelayEntry(self.version, head, plan))
+        return self.relay(plan, body[mp_end:], outbox)
+
+    def relay(self, plan: tuple, payload: bytes, outbox: dict) -> tuple | None:
+        """Carry out a hop's ``plan`` for one payload; the message for us, if any."""
+        msgs = self.relay_run(plan, [payload], outbox)
+        return msgs[0] if msgs else None
+
+    def relay_run(self, plan: tuple, payloads: list[bytes], outbox: dict) -> list[tuple]:
+        """Carry out a hop's ``plan`` for a run of payloads; the messages for us."""
         deliver, forwards = plan
-        payload = body[mp_end:] if key is not None else plan_payload(body)
+        links = self.links
         for child, header in forwards:
-            target = self.links.get(child)
+            target = links.get(child)
             if target is None or target.closed:
                 continue
-            target.conn.send([_U32(len(header) + len(payload)), header, payload])
+            box = outbox.get(target)
+            if box is None:
+                box = outbox[target] = [[], 0]
+            parts = box[0]
+            size = len(header)
+            for payload in payloads:
+                parts += (_U32(size + len(payload)), header, payload)
+            box[1] += len(payloads)
+        if deliver is None:
+            return []
+        topic, kind, ttl, publisher = deliver
+        return [(topic, payload, kind, ttl, publisher) for payload in payloads]
+
+    def send_outbox(self, link: TcpLink, outbox: dict) -> None:
+        """Send what :meth:`receive_routed` queued; stop reading ``link`` if a hop is full."""
+        for target, (parts, count) in outbox.items():
+            if target.closed:
+                continue
+            target.conn.send(parts, count)
             if target.conn.room() <= 0 and link.conn not in self._blocked:
                 # The next hop is backed up: stop reading from this one until it drains.
                 self._blocked.append(link.conn)
                 link.conn.pause_reading()
-        if deliver is None:
-            return None
-        topic, kind, ttl, publisher = deliver
-        return (topic, payload, kind, ttl, publisher)
+        outbox.clear()
 
     def _plan_hop(self, link: TcpLink, head: bytes) -> tuple | None:
         """Decode a routed message's header and work out what this hop does with it."""

@@ -36,6 +36,7 @@ __all__ = [
     "TTL",
     "SharedMessage",
     "decoded",
+    "decoded_all",
     "decoded_frozen",
     "node_message",
     "thaw_copy",
@@ -117,6 +118,15 @@ def decoded(item: tuple | SharedMessage) -> tuple[str, Any]:
     if type(item) is tuple:
         return item[0], decode(item[1])
     return item.topic, item.value()
+
+
+def decoded_all(items: list) -> list[tuple[str, Any]]:
+    """:func:`decoded` of every item: one comprehension, no Python call per item.
+
+    A subscriber's ``get`` spends most of its time here, so the per-item
+    function call of ``[decoded(m) for m in items]`` is worth saving.
+    """
+    return [(m[0], decode(m[1])) if type(m) is tuple else (m.topic, m.value()) for m in items]
 
 
 def decoded_frozen(item: tuple | SharedMessage) -> tuple[str, Any]:

@@ -331,6 +331,11 @@ class Peering:
         mine = link.conn.target
         ready = True
         if link.version >= 2:
+            # Our filter first: the subscription the new neighbour gets at once must be
+            # complete, since its peer() returns on it (filters otherwise reach the
+            # fabric on the next refresh, and subscribers made before the first link
+            # never asked for one).
+            self._refresh()
             self.fabric.add_link(link)
             # Over version 2 we route by what the router knows: ``peer()`` returns
             # once it learned the neighbour's subscription, so a publish right after

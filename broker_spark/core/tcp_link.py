@@ -38,6 +38,7 @@ from broker_spark.protocol.messages import (
     encode_ping,
     encode_pong_for,
     encode_routing_update,
+    with_sender_and_ttl,
 )
 from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
 from broker_spark.status import NetworkInfo, PeerFlags
@@ -215,23 +216,48 @@ class TcpLink(Link):
 
     # -- receiving ---------------------------------------------------------------------
 
-    def receive(self, bodies: list[bytes]) -> None:
-        """Frames from the peer: data and commands to the core, the rest handled here."""
-        batch = []
+    def receive(self, items: list, raw: int) -> None:
+        """Frames from the peer: data and commands to the core, the rest handled here.
+
+        ``items`` come from the connection's :class:`EnvelopeReader`: message
+        tuples for frames whose header it knew, ``bytes`` bodies for the
+        ``raw`` others. A batch without raw bodies goes to the core as it is.
+        """
+        if not raw:
+            self._offer(items)
+            return
+        batch: list = []
         append = batch.append
         pid = self.peer_id
         own = self.own_id
         v2 = self.version >= 2
         leaf = self.peering.fabric.leaf_multipath
         leaf_len = len(leaf)
-        for body in bodies:
+        learn = self.conn.decoder.learn
+        fabric = self.peering.fabric
+        outbox: dict = {}  # copies for next hops, sent after the batch
+        version = fabric.version
+        for body in items:
+            if type(body) is tuple:
+                if len(body) == 5:  # a message from a known header
+                    append(body)
+                    continue
+                entry, payloads = body  # routed messages with one known header
+                if entry.version == version:
+                    batch += fabric.relay_run(entry.plan, payloads, outbox)
+                else:  # the routes changed since: plan them again
+                    for payload in payloads:
+                        msg = fabric.receive_routed(self, entry.head + payload, outbox)
+                        if msg is not None:
+                            append(msg)
+                continue
             size = len(body)
             if size <= ENVELOPE_HEADER_SIZE - 1:
                 self._bad(f"truncated envelope of {size} bytes")
                 continue
             kind = body[32]
             if kind == DATA_V2 and v2:
-                # Inline fast path: a publication for which we are a leaf receiver.
+                # A publication for which we are a leaf receiver: no forwarding.
                 end = ENVELOPE_HEADER_SIZE + ((body[35] << 8) | body[36])
                 start = end + 17
                 if (
@@ -245,19 +271,14 @@ class TcpLink(Link):
                     except UnicodeDecodeError:
                         pass  # the full decoder reports it
                     else:
-                        append(
-                            (
-                                topic,
-                                body[start + leaf_len :],
-                                MSG_DATA,
-                                (body[33] << 8) | body[34],
-                                body[end : end + 16],
-                            )
-                        )
+                        fields = (topic, MSG_DATA, (body[33] << 8) | body[34], body[end : end + 16])
+                        learn(body[: start + leaf_len], fields)
+                        append((topic, body[start + leaf_len :], MSG_DATA, fields[2], fields[3]))
                         continue
             if kind in (MSG_DATA, MSG_COMMAND):
                 if not body.startswith(BROADCAST, 16) and not body.startswith(own, 16):
-                    continue  # addressed to another endpoint: not routed in version 1
+                    self._forward_unicast(body, outbox)
+                    continue
                 end = ENVELOPE_HEADER_SIZE + ((body[35] << 8) | body[36])
                 if end > size:
                     self._bad("envelope topic runs past the end of the frame")
@@ -267,10 +288,12 @@ class TcpLink(Link):
                 except UnicodeDecodeError:
                     self._bad("envelope topic is not UTF-8")
                     continue
-                append((topic, body[end:], kind, (body[33] << 8) | body[34], pid))
-            elif kind >= DATA_V2 and self.version >= 2:
+                ttl = (body[33] << 8) | body[34]
+                learn(body[:end], (topic, kind, ttl, pid))
+                append((topic, body[end:], kind, ttl, pid))
+            elif kind >= DATA_V2 and v2:
                 if kind <= COMMAND_V2:
-                    msg = self.peering.fabric.receive_routed(self, body)
+                    msg = fabric.receive_routed(self, body, outbox)
                     if msg is not None:
                         append(msg)
                 elif kind <= REVOCATION:
@@ -278,25 +301,59 @@ class TcpLink(Link):
                         self.source.offer(batch)
                         batch = []
                         append = batch.append
-                    self.peering.fabric.receive_routing(self, body)
+                    if outbox:
+                        fabric.send_outbox(self, outbox)
+                    fabric.receive_routing(self, body)
                 else:
                     self._bad(f"unknown message type 0x{kind:02x}")
                 if self.closed:
+                    if outbox:  # forward what arrived before the close
+                        fabric.send_outbox(self, outbox)
                     return
             else:
                 if batch:  # hand over what came first: a goodbye ping closes the link
                     self.source.offer(batch)
                     batch = []
                     append = batch.append
+                if outbox:
+                    fabric.send_outbox(self, outbox)
                 self._control(body)
                 if self.closed:
                     return
+        if outbox:
+            fabric.send_outbox(self, outbox)
         if batch:
-            source = self.source
-            source.offer(batch)
-            if source.room() <= 0:
-                source.want_room()
-                self.conn.pause_reading()
+            self._offer(batch)
+
+    def _forward_unicast(self, body: bytes, outbox: dict) -> None:
+        """A data or command message addressed to another endpoint (WIRE.md, version 1).
+
+        It goes on to that endpoint when it is a direct neighbour (the rule of
+        version 1: "the receiver is P"), with us as sender and one hop less of
+        TTL, as the raw envelope (a version 2 link carries version 1 messages
+        too); otherwise, or without forwarding or TTL, it is dropped. It is
+        never delivered here.
+        """
+        if not self.peering.core.forwarding or len(body) < ENVELOPE_HEADER_SIZE:
+            return
+        target = self.peering.core.links.get(body[16:32])
+        ttl = (body[33] << 8) | body[34]
+        if target is None or target is self or not isinstance(target, TcpLink) or ttl <= 1:
+            return
+        fwd = with_sender_and_ttl(body, self.own_id, ttl - 1)
+        box = outbox.get(target)
+        if box is None:
+            box = outbox[target] = [[], 0]
+        box[0] += (_U32(len(fwd)), fwd)
+        box[1] += 1
+
+    def _offer(self, batch: list) -> None:
+        """Hand received messages to the core; stop reading while its queue is full."""
+        source = self.source
+        source.offer(batch)
+        if source.room() <= 0:
+            source.want_room()
+            self.conn.pause_reading()
 
     def _control(self, body: bytes) -> None:
         try:

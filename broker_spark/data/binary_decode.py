@@ -112,8 +112,18 @@ def decode(
         buf = bytes(buf)
     if not 0 <= offset < len(buf):
         raise DecodeError(f"no value at offset {offset} of a {len(buf)}-byte buffer")
-    read = _DEFAULT_READ if limits is DEFAULT_LIMITS else _reader(limits)
     size = len(buf) - offset
+    if size == 9:
+        # A lone integer, count or real (a message carrying one number): no reader needed.
+        tag = buf[offset]
+        if tag == 3:
+            return _unpack_q(buf, offset + 1)[0]
+        if tag == 2:
+            value = _unpack_Q(buf, offset + 1)[0]
+            return _SMALL_COUNTS[value] if value < 256 else _new_int(Count, value)
+        if tag == 4:
+            return _unpack_d(buf, offset + 1)[0]
+    read = _DEFAULT_READ if limits is DEFAULT_LIMITS else _reader(limits)
     budget = None if size * size <= limits.max_items else [limits.max_items]
     try:
         n = buf[offset + 1] if buf[offset] == 14 and size > 1 else 0

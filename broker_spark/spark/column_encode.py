@@ -12,21 +12,30 @@ are handled here; every other column (lists, maps, structs, ...) is converted
 by :func:`broker_spark.data.arrow.from_arrow` and encoded value by value
 with :func:`broker_spark.data.binary.encode`. Either way the bytes equal
 ``encode(tuple(from_arrow(column)[i] for column in columns))``.
+
+Rows whose columns are all null-free integers, reals or short strings (what
+most DataFrames written to Zeek hold) skip even the per-value step:
+:func:`encode_rows_bulk` lays each column's encoding out with strided copies
+of its Arrow buffer and joins the rows in one Arrow call, about half the
+cost; the per-value path remains for everything else.
 """
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import BrokerError
 
-__all__ = ["encode_column", "join_rows", "vector_header"]
+__all__ = ["encode_column", "encode_rows_bulk", "join_rows", "vector_header"]
 
 _NONE = b"\x00"
 _TRUE = b"\x01\x01"
@@ -126,3 +135,82 @@ def join_rows(
     if not columns:
         return heads
     return list(map(b"".join, zip(heads, *columns, strict=True)))
+
+
+# --- whole rows in bulk -----------------------------------------------------------------------
+
+_LITTLE = sys.byteorder == "little"
+_BULK_NUMBERS = (
+    (pa.types.is_signed_integer, pa.int64(), 3),
+    (pa.types.is_unsigned_integer, pa.uint64(), 2),
+    (lambda t: pa.types.is_float32(t) or pa.types.is_float64(t), pa.float64(), 4),
+)
+
+
+def _fixed_binary(raw: bytes | bytearray, width: int, rows: int) -> pa.Array:
+    """``rows`` values of ``width`` bytes each, back to back in ``raw``, as a binary array."""
+    offsets = array.array("i", range(0, width * rows + 1, width))
+    return pa.Array.from_buffers(
+        pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(raw)]
+    )
+
+
+def _bulk_number(values: pa.Array, kind: pa.DataType, tag: int) -> pa.Array:
+    """Tag and big-endian 8 bytes per value, built by strided copies of Arrow's buffer."""
+    arr = values.cast(kind)
+    rows = len(arr)
+    raw = arr.buffers()[1].to_pybytes()[arr.offset * 8 : (arr.offset + rows) * 8]
+    out = bytearray(9 * rows)
+    out[0::9] = bytes((tag,)) * rows
+    for k in range(8):
+        out[1 + k :: 9] = raw[(7 - k if _LITTLE else k) :: 8]
+    return _fixed_binary(out, 9, rows)
+
+
+def _bulk_strings(values: pa.Array) -> list[pa.Array] | None:
+    """Tag, one length byte, bytes: strings shorter than 128 bytes (else None)."""
+    arr = values.cast(pa.binary()) if not pa.types.is_binary(values.type) else values
+    rows = len(arr)
+    lengths = pc.binary_length(arr)
+    if rows and pc.max(lengths).as_py() >= 128:
+        return None
+    heads = bytearray(2 * rows)
+    heads[0::2] = b"\x05" * rows
+    heads[1::2] = lengths.cast(pa.uint8()).buffers()[1].to_pybytes()[:rows]
+    return [_fixed_binary(heads, 2, rows), arr]
+
+
+def _bulk_pieces(values: pa.Array) -> list[pa.Array] | None:
+    """The encoding of a null-free flat column as binary arrays to join, or None."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        return None
+    t = values.type
+    for test, kind, tag in _BULK_NUMBERS:
+        if test(t):
+            return [_bulk_number(values, kind, tag)]
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return _bulk_strings(values)
+    return None
+
+
+def encode_rows_bulk(parts: Sequence[bytes | pa.Array]) -> list[bytes] | None:
+    """Each row's payload: the ``bytes`` parts as they are, the columns encoded, joined.
+
+    The same bytes :func:`join_rows` makes from :func:`encode_column`, built by
+    Arrow (strided copies of the columns' buffers and one join), or None when a
+    column is not one of the flat, null-free types handled here (integers,
+    reals, strings and binaries shorter than 128 bytes): the caller then takes
+    the per-value path.
+    """
+    pieces: list[pa.Array | pa.Scalar] = []
+    for part in parts:
+        if isinstance(part, bytes):
+            pieces.append(pa.scalar(part, pa.binary()))
+            continue
+        got = _bulk_pieces(part)
+        if got is None:
+            return None
+        pieces.extend(got)
+    return pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.binary())).to_pylist()

@@ -21,7 +21,7 @@ Should the facade grow public equivalents, only this module changes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker_spark.core.message import DATA, SharedMessage
@@ -59,6 +59,24 @@ class RawSubscription:
             raise ShutdownError("the subscription was closed")
         items = queue.take(n, timeout)
         return [self._record(item) for item in items]
+
+    def take_stamped(
+        self, n: int, timeout: float | None, clock_ns: Callable[[], int]
+    ) -> list[tuple[str, bytes, str, int]]:
+        """Like :meth:`take`, as spool records ``(topic, payload, sender, received_at_ns)``
+        all stamped with one ``clock_ns()`` read when they were taken."""
+        queue = self._subscriber._queue
+        if queue is None:
+            raise ShutdownError("the subscription was closed")
+        items = queue.take(n, timeout)
+        if not items:
+            return []
+        now = clock_ns()
+        senders = self._senders
+        try:  # the usual case: tuples from peers whose id text is known already
+            return [(item[0], item[1], senders[item[4]], now) for item in items]
+        except (KeyError, TypeError, IndexError):
+            return [(*self._record(item), now) for item in items]
 
     def _record(self, item: Any) -> tuple[str, bytes, str]:
         if type(item) is tuple:

@@ -69,19 +69,18 @@ class SpoolPump:
         self._thread.start()
 
     def _run(self) -> None:
-        take = self._subscription.take
+        take = self._subscription.take_stamped
         append = self._spool.append_batch
         clock = self._clock_ns
         next_retention = time.monotonic() + self._retention_interval
         try:
             while not self._stop.is_set():
                 try:
-                    items = take(self._batch, _IDLE_WAIT)
+                    items = take(self._batch, _IDLE_WAIT, clock)
                 except ShutdownError:
                     break
                 if items:
-                    now = clock()
-                    append([(topic, payload, sender, now) for topic, payload, sender in items])
+                    append(items)
                     with self._appended_cond:
                         self._appended += len(items)
                         self._appended_cond.notify_all()

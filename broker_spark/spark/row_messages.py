@@ -38,7 +38,12 @@ from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import loads_value
 from broker_spark.errors import BrokerError
-from broker_spark.spark.column_encode import encode_column, join_rows, vector_header
+from broker_spark.spark.column_encode import (
+    encode_column,
+    encode_rows_bulk,
+    join_rows,
+    vector_header,
+)
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.schema import SchemaMappingError
 
@@ -150,6 +155,9 @@ class RowEncoder:
         if self.mode == "json":
             assert self._data_col is not None
             return self._encode_json(topics, batch.column(self._data_col).to_pylist(), first_row)
+        fast = self._encode_bulk(batch, topics)
+        if fast is not None:
+            return fast
         errors: dict[int, str] = {}
         columns = [encode_column(batch.column(i), errors) for i in self._value_cols]
         args_head = vector_header(len(columns))
@@ -179,6 +187,26 @@ class RowEncoder:
             else:
                 messages.append((topic, payload))
         return EncodedBatch(messages, bad)
+
+    def _encode_bulk(self, batch: pa.RecordBatch, topics: list[Any]) -> EncodedBatch | None:
+        """All rows at once (:func:`encode_rows_bulk`) when no row can be bad: topics and
+        event names present, every value column of a type that always encodes."""
+        if None in topics or "" in topics:
+            return None
+        head = vector_header(len(self._value_cols))
+        values = [batch.column(i) for i in self._value_cols]
+        if self.mode == "event":
+            assert self._event_col is not None
+            names = batch.column(self._event_col)
+            if names.null_count:
+                return None
+            parts: list[bytes | pa.Array] = [_EVENT_HEAD, names, head, *values]
+        else:
+            parts = [head, *values]
+        payloads = encode_rows_bulk(parts)
+        if payloads is None:
+            return None
+        return EncodedBatch(list(zip(topics, payloads, strict=True)), [])
 
     def _encode_json(self, topics: list[Any], texts: list[Any], first: int) -> EncodedBatch:
         messages: list[tuple[str, bytes]] = []

@@ -28,8 +28,11 @@ column and counts in ``undecodable`` (FAILFAST: raises).
 from __future__ import annotations
 
 import array
+import bisect
+import contextlib
+import gc
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -42,6 +45,7 @@ from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.records import MAX_RECORD_SIZE
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
 from broker_spark.spark.binary_json import binary_to_json, event_to_json
+from broker_spark.spark.shape_json import assemble, json_columns
 
 __all__ = [
     "DEFAULT_DDL",
@@ -169,36 +173,15 @@ class RecordConverter:
             raise RecordConversionError("records must all be 5-tuples")
         return self._convert_columns(*columns)
 
-    def convert_packed(self, packed: bytes) -> pa.RecordBatch:
-        """A batch from a record stream (``Spool.read_packed``), without per-record objects."""
+    def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch:
+        """A batch from a record stream (``Spool.read_packed``); ``count`` records if known
+        (a stream holding another number of records is malformed)."""
         if not packed:
+            if count:
+                raise DecodeError(f"malformed record stream: empty, expected {count} records")
             return _empty(self.schema)
-        limit = min(len(packed), MAX_RECORD_SIZE)
-        unpacker = msgpack.Unpacker(
-            None,
-            raw=False,
-            use_list=False,
-            max_buffer_size=len(packed),
-            max_str_len=limit,
-            max_bin_len=limit,
-            max_array_len=max(len(packed), 5),
-            max_map_len=0,
-            max_ext_len=0,
-        )
-        unpacker.feed(packed)
-        rows = []
-        try:
-            while unpacker.tell() < len(packed):
-                rows.append(unpacker.unpack())
-            columns = list(zip(*rows, strict=True))
-        except msgpack.OutOfData:
-            raise DecodeError(f"truncated record at byte {unpacker.tell()}") from None
-        except Exception as exc:
-            raise DecodeError(f"malformed record stream: {type(exc).__name__}: {exc}") from None
-        if len(columns) != 5 or not _typed_columns(columns):
-            raise DecodeError(
-                "malformed record stream: records are not [str, bytes, str, int, int]"
-            )
+        with _no_gc():
+            columns = _unpack_columns(packed, count)
         return self._convert_columns(*columns)
 
     # --- work ------------------------------------------------------------------------
@@ -226,6 +209,9 @@ class RecordConverter:
             elif role == "received_at":
                 ns = pa.array(received, pa.timestamp("ns", tz=f.type.tz))
                 arrays.append(ns.cast(f.type, safe=False))
+            elif isinstance(derived[role], pa.Array):
+                arr = derived[role]
+                arrays.append(arr if arr.type == f.type else arr.cast(f.type))
             elif pa.types.is_string(f.type):
                 arrays.append(_ascii_strings(derived[role]))
             else:
@@ -237,33 +223,41 @@ class RecordConverter:
             raise RecordConversionError(f"record at offset {offset}: {exc}") from None
         self.undecodable += 1
 
-    def _derive(self, payloads: Sequence[bytes], offsets: Sequence[int]) -> dict[str, list[Any]]:
+    def _derive(
+        self, payloads: Sequence[bytes], offsets: Sequence[int]
+    ) -> dict[str, list[Any] | pa.Array]:
         """The value-derived columns: data, event, args, and the vectors for value columns."""
-        out: dict[str, list[Any]] = {}
         if self._value_fields:
-            out.update(self._decode_all(payloads, offsets))
-        elif self._wants_event:
-            data, events, args = [], [], []
-            for payload, offset in zip(payloads, offsets, strict=True):
+            return dict(self._decode_all(payloads, offsets))
+        if self._wants_event or self._wants_data:
+            return self._json_columns(payloads, offsets)
+        return {}
+
+    def _json_columns(self, payloads: Sequence[bytes], offsets: Sequence[int]) -> dict[str, Any]:
+        """``data`` (and ``event``, ``args``): payloads of a common shape in bulk
+        (:mod:`~broker_spark.spark.shape_json`), the others one at a time."""
+        want_event = self._wants_event
+        names = ("data", "event", "args") if want_event else ("data",)
+        chunks: list[list[pa.Array]] = [[] for _ in names]
+        for lo, hi in _chunk_bounds(payloads):
+            part = payloads[lo:hi] if lo or hi < len(payloads) else payloads
+            bulk = json_columns(part, want_event)
+            rest: list[list[str | None]] = [[] for _ in names]
+            for i in bulk.rest:
                 try:
-                    d, e, a = event_to_json(payload)
+                    texts = event_to_json(part[i]) if want_event else (binary_to_json(part[i]),)
                 except (DecodeError, EncodeError) as exc:
-                    self._failed(offset, exc)
-                    d = e = a = None
-                data.append(d)
-                events.append(e)
-                args.append(a)
-            out.update(data=data, event=events, args=args)
-        elif self._wants_data:
-            data = []
-            for payload, offset in zip(payloads, offsets, strict=True):
-                try:
-                    data.append(binary_to_json(payload))
-                except (DecodeError, EncodeError) as exc:
-                    self._failed(offset, exc)
-                    data.append(None)
-            out["data"] = data
-        return out
+                    self._failed(offsets[lo + i], exc)
+                    texts = (None,) * len(names)
+                for column, text in zip(rest, texts, strict=True):
+                    column.append(text)
+            arrays = assemble(len(part), bulk, tuple(rest), len(names))
+            for chunk, arr in zip(chunks, arrays, strict=True):
+                chunk.append(arr)
+        return {
+            name: chunk[0] if len(chunk) == 1 else pa.concat_arrays(chunk)
+            for name, chunk in zip(names, chunks, strict=True)
+        }
 
     def _decode_all(self, payloads: Sequence[bytes], offsets: Sequence[int]) -> dict[str, list]:
         """Typed schemas need the values themselves: decode each payload once."""
@@ -342,6 +336,88 @@ class RecordConverter:
             except EncodeError as exc:
                 return RecordConversionError(f"record at offset {offset}: {exc}")
         return RecordConversionError(f"column {f.name}: values do not fit {f.type}")
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Without the cyclic collector: unpacking allocates a tuple per record and field list,
+    which makes it run over and over for nothing (records hold no cycles)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _unpack_columns(packed: bytes, count: int | None) -> list[tuple[Any, ...]]:
+    """The five columns of a record stream, checked to be ``str, bytes, str, int, int``.
+
+    With ``count`` known, the stream is read as one msgpack array of that many
+    records: one C call, and a stream that holds fewer records or more bytes
+    fails there. Without it, record by record, as the stream says nothing of its end.
+    """
+    limit = min(len(packed), MAX_RECORD_SIZE)
+    bounds: dict[str, Any] = {
+        "raw": False,
+        "use_list": False,
+        "max_str_len": limit,
+        "max_bin_len": limit,
+        "max_map_len": 0,
+        "max_ext_len": 0,
+    }
+    try:
+        if count is not None:
+            if not 0 < count <= len(packed):
+                raise DecodeError(
+                    f"malformed record stream: {count} records in {len(packed)} bytes"
+                )
+            rows = msgpack.unpackb(
+                b"\xdd" + count.to_bytes(4, "big") + packed,
+                max_array_len=max(count, 5),
+                **bounds,
+            )
+        else:
+            unpacker = msgpack.Unpacker(
+                None, max_buffer_size=len(packed), max_array_len=5, **bounds
+            )
+            unpacker.feed(packed)
+            rows = []
+            try:
+                while unpacker.tell() < len(packed):
+                    rows.append(unpacker.unpack())
+            except msgpack.OutOfData:
+                raise DecodeError(f"truncated record at byte {unpacker.tell()}") from None
+        columns = list(zip(*rows, strict=True))
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(f"malformed record stream: {type(exc).__name__}: {exc}") from None
+    if len(columns) != 5 or not _typed_columns(columns):
+        raise DecodeError("malformed record stream: records are not [str, bytes, str, int, int]")
+    return columns
+
+
+#: Payload bytes per bulk conversion: the JSON of a chunk must stay far below 2 GiB
+#: (Arrow's string offsets are 32-bit; Zeek JSON is at most ~12 times the payload).
+_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def _chunk_bounds(payloads: Sequence[bytes]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of rows holding at most :data:`_CHUNK_BYTES` of payload each."""
+    total = sum(map(len, payloads))
+    if total <= _CHUNK_BYTES:
+        return [(0, len(payloads))]
+    bounds = []
+    lo = 0
+    ends = list(itertools.accumulate(map(len, payloads)))
+    while lo < len(payloads):
+        base = ends[lo - 1] if lo else 0
+        hi = max(lo + 1, bisect.bisect_right(ends, base + _CHUNK_BYTES, lo))
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
 
 
 def _typed_columns(columns: list[tuple[Any, ...]]) -> bool:

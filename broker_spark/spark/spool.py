@@ -36,6 +36,8 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import msgpack
+
 from broker_spark.data.records import Record, pack_records, unpack_records
 from broker_spark.errors import EC, DecodeError, EncodeError
 from broker_spark.spark.segment import (
@@ -232,16 +234,17 @@ class Spool:
         active = self._segments[-1]
         size, since, nxt = active.size, active.since, self._end
         step, limit = self.index_interval, self.segment_bytes
+        plain = _plain_records(batch)
         plan: list[_Part] = []
         part = _Part(roll=False)
         i, n = 0, len(batch)
         while i < n:
             due = since >= step or size == 0
             take = min(n - i, step if due else step - since)
-            data = _pack_chunk(batch, i, take, nxt)
+            data = _pack_chunk(batch, i, take, nxt, plain)
             while size + len(data) > limit and take > 1:  # near the end of a segment: fewer
                 take = max(1, min(take - 1, take * (limit - size) // len(data)))
-                data = _pack_chunk(batch, i, take, nxt)
+                data = _pack_chunk(batch, i, take, nxt, plain)
             if size > 0 and size + len(data) > limit:
                 if part.count:
                     plan.append(part)
@@ -420,8 +423,30 @@ class Spool:
         return f"Spool({self.path!r}, offsets {self._bases[:1] or [self._end]}..{self._end})"
 
 
-def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -> bytes:
-    """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``."""
+_FIELD_TYPES = ({str}, {bytes}, {str}, {int})
+
+
+def _plain_records(batch: Sequence[Sequence[Any]]) -> bool:
+    """Whether every record is a ``(str, bytes, str, int)`` tuple of exactly those types
+    (checked a column at a time, in C): such records pack in bulk."""
+    try:
+        columns = list(zip(*batch, strict=True))
+    except (TypeError, ValueError):
+        return False
+    return len(columns) == 4 and all(
+        set(map(type, column)) == kind for column, kind in zip(columns, _FIELD_TYPES, strict=True)
+    )
+
+
+def _pack_chunk(
+    batch: Sequence[Sequence[Any]], i: int, take: int, first: int, plain: bool = False
+) -> bytes:
+    """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``.
+
+    ``plain`` records (see :func:`_plain_records`) are packed as one msgpack
+    array, whose header is then cut off: the same bytes as ``pack_records``
+    (records packed back to back), in one C call instead of one per record.
+    """
     try:
         rows = [
             (topic, payload, sender, received_at, offset)
@@ -434,7 +459,18 @@ def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -
             f"records {i} to {i + take - 1} of the batch are not all "
             "(topic, payload, sender, received_at_ns) tuples"
         ) from None
+    if plain:
+        try:
+            packed = _packb(rows)
+        except (ValueError, OverflowError):
+            pass  # e.g. a time beyond 64 bits: pack_records names the record
+        else:
+            return packed[1 if take < 16 else 3 if take < 65536 else 5 :]
     return pack_records(rows)
+
+
+def _packb(rows: list[tuple[Any, ...]]) -> bytes:
+    return msgpack.packb(rows, use_bin_type=True)
 
 
 def read_packed_range(path: str | os.PathLike[str], start: int, end: int) -> bytes:

@@ -145,7 +145,7 @@ class StoreEventConverter:
         self.misfits = 0
         self.undecodable = 0
 
-    def convert_packed(self, packed: bytes) -> pa.RecordBatch:
+    def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch:
         cols: dict[str, list[Any]] = {name: [] for name in STORE_SCHEMA.names}
         unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=len(packed) or 1)
         unpacker.feed(packed)

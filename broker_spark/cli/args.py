@@ -1,0 +1,155 @@
+"""Arguments several subcommands share: addresses, TLS, the peer to reach, output format.
+
+Every subcommand that talks to a running node spells these the same way, so a
+user learns them once: ``--peer HOST:PORT`` (or ``--ws URL`` where the
+WebSocket API makes sense), ``--wait SECONDS``, the TLS flags and ``--no-tls``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from broker_spark.cli.errors import UsageError
+
+__all__ = [
+    "DEFAULT_PORT",
+    "HostPort",
+    "add_connect_arguments",
+    "add_format_argument",
+    "add_tls_arguments",
+    "check_tls",
+    "client_configuration",
+    "host_port",
+    "parse_host_port",
+    "positive_float",
+]
+
+#: Broker's customary port, used when ``--peer`` is not given.
+DEFAULT_PORT = 9999
+
+HostPort = tuple[str, int]
+
+
+def parse_host_port(text: str, default_host: str = "127.0.0.1") -> HostPort:
+    """``host:port``, ``[v6addr]:port``, ``:port`` or ``port``; ValueError naming the text."""
+    text = text.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: write IPv6 addresses in brackets, e.g. [::1]:9999")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not HOST:PORT (the port must be a number)") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r}: port {port} is out of range 0-65535")
+    return (host or default_host), port
+
+
+def host_port(text: str) -> HostPort:
+    """``parse_host_port`` as an argparse ``type``."""
+    try:
+        return parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text!r} must be zero or more")
+    return value
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """Broker's TLS options: anonymous TLS by default, mutual TLS with certificates."""
+    group = parser.add_argument_group(
+        "TLS",
+        "Without certificates the link is encrypted but not authenticated (Broker's "
+        "default); with them, both sides must present certificates signed by the CA.",
+    )
+    group.add_argument("--cert", metavar="FILE", help="this endpoint's certificate (PEM)")
+    group.add_argument("--key", metavar="FILE", help="its private key (PEM)")
+    group.add_argument("--ca", metavar="FILE", help="CA certificate(s) to verify peers with")
+    group.add_argument("--capath", metavar="DIR", help="directory of CA certificates")
+    group.add_argument("--passphrase", metavar="TEXT", help="passphrase of an encrypted key")
+    group.add_argument(
+        "--no-tls", action="store_true", help="plain TCP (the peer must disable TLS too)"
+    )
+
+
+def add_connect_arguments(parser: argparse.ArgumentParser, websocket: bool = False) -> None:
+    """``--peer`` (and ``--ws``), ``--wait`` and the TLS flags of a client command."""
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--peer",
+        type=host_port,
+        default=("127.0.0.1", DEFAULT_PORT),
+        metavar="HOST:PORT",
+        help=f"the node to peer with (default 127.0.0.1:{DEFAULT_PORT})",
+    )
+    if websocket:
+        group.add_argument(
+            "--ws",
+            metavar="URL",
+            help="go through a WebSocket API instead (ws://host:port or wss://host:port)",
+        )
+    group.add_argument(
+        "--wait",
+        type=positive_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep trying to connect for this long (default 0: one attempt)",
+    )
+    add_tls_arguments(parser)
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=("json", "plain", "text"),
+        default="json",
+        help="json: Zeek's WebSocket JSON, lossless (default); plain: ordinary JSON "
+        "(counts become numbers, addresses strings...); text: Broker's own rendering",
+    )
+
+
+def client_configuration(args: argparse.Namespace) -> Any:
+    """The Configuration of a short-lived client endpoint (a leaf: it never forwards)."""
+    from broker_spark.config import BrokerOptions, Configuration
+
+    config = Configuration(BrokerOptions(disable_ssl=bool(args.no_tls), disable_forwarding=True))
+    config.openssl_certificate = args.cert or ""
+    config.openssl_key = args.key or ""
+    config.openssl_cafile = args.ca or ""
+    config.openssl_capath = args.capath or ""
+    config.openssl_passphrase = args.passphrase or ""
+    check_tls(config)
+    return config
+
+
+def check_tls(config: Any) -> None:
+    """Load the certificates now, so a wrong path or passphrase is a usage error up front."""
+    if config.options.disable_ssl or not config.authenticated:
+        return
+    from broker_spark.core.tls import TLSConfigError, TLSSettings, make_contexts
+
+    try:
+        make_contexts(
+            TLSSettings(
+                certificate=config.openssl_certificate,
+                key=config.openssl_key,
+                cafile=config.openssl_cafile,
+                capath=config.openssl_capath,
+                passphrase=config.openssl_passphrase,
+            )
+        )
+    except TLSConfigError as exc:
+        raise UsageError(f"TLS: {exc}") from None

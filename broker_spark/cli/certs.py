@@ -1,0 +1,105 @@
+"""``broker-spark certs --out DIR``: a CA and one signed certificate per node, for mutual TLS.
+
+Writes ``ca.pem`` and ``ca.key`` (kept to sign more nodes later), and for each
+node ``NAME.pem`` and ``NAME.key`` (keys readable by the owner only). Each
+node certificate names the node, ``localhost``, ``127.0.0.1`` and ``::1``
+(plus ``--host`` names) as subject alternative names; Broker itself checks
+the chain, not the names, but other TLS tools look at them. Existing files are
+never overwritten without ``--force``; when every file is there already the
+command does nothing, so a container can run it at every start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from broker_spark.cli.errors import CliError, UsageError
+
+__all__ = ["register", "run"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+
+
+def _node_name(text: str) -> str:
+    if not _NAME.match(text) or text == "ca":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: node names are letters, digits, '.', '_' or '-' (and not 'ca')"
+        )
+    return text
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "certs",
+        help="make a CA and node certificates for mutual TLS",
+        description="Create a certificate authority and a certificate signed by it for each "
+        "node, for the TLS flags (--cert, --key, --ca) and the [tls] section of node configs.",
+        epilog="example:\n  broker-spark certs --out conf/certs --nodes a b",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write to")
+    p.add_argument(
+        "--nodes",
+        nargs="+",
+        type=_node_name,
+        default=["a", "b"],
+        metavar="NAME",
+        help="node names; each gets NAME.pem and NAME.key (default: a b)",
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extra host name or address for every node certificate (repeatable)",
+    )
+    p.add_argument("--days", type=int, default=825, help="validity of node certificates")
+    p.add_argument("--force", action="store_true", help="replace existing files")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker_spark.certs import make_ca, make_node_cert, write_pem
+
+    if len(set(args.nodes)) != len(args.nodes):
+        raise UsageError("--nodes lists a name twice")
+    if args.days < 1:
+        raise UsageError("--days must be 1 or more")
+    out = Path(args.out)
+    files = [out / "ca.pem", out / "ca.key"]
+    for node in args.nodes:
+        files += [out / f"{node}.pem", out / f"{node}.key"]
+    existing = [f for f in files if f.exists()]
+    if existing and not args.force:
+        if len(existing) == len(files):
+            print(f"certificates already in {out} (--force replaces them)")
+            _print_usage(out, args.nodes)
+            return 0
+        raise CliError(
+            f"{existing[0]} exists but other files are missing; use --force to make a new set"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise CliError(f"cannot write to {out}")
+    ca = make_ca()
+    written = [write_pem(out / "ca.pem", ca.cert_pem), write_pem(out / "ca.key", ca.key_pem)]
+    hosts = tuple(dict.fromkeys(["localhost", "127.0.0.1", "::1", *args.host]))
+    for node in args.nodes:
+        pair = make_node_cert(ca, common_name=node, hosts=(node, *hosts), days=args.days)
+        written.append(write_pem(out / f"{node}.pem", pair.cert_pem))
+        written.append(write_pem(out / f"{node}.key", pair.key_pem))
+    for path in written:
+        print(f"wrote {path}")
+    _print_usage(out, args.nodes)
+    return 0
+
+
+def _print_usage(out: Path, nodes: list[str]) -> None:
+    where = out.resolve()
+    cert, key, ca = where / f"{nodes[0]}.pem", where / f"{nodes[0]}.key", where / "ca.pem"
+    print(f"use them with: --cert {cert} --key {key} --ca {ca}")
+    print(f'or in a node config:\n  [tls]\n  certificate = "{cert}"\n  key = "{key}"')
+    print(f'  cafile = "{ca}"')

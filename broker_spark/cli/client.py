@@ -1,0 +1,128 @@
+"""The short-lived endpoint behind ``publish``, ``subscribe``, ``store``, ``status``, ``topology``.
+
+A :class:`Client` makes a leaf endpoint (it never forwards for others), connects
+it to one node, by native peering (``--peer``) or through the node's WebSocket
+API (``--ws``), retrying for ``--wait`` seconds, and turns a failure into one
+line that says why (the reason comes from the endpoint's own error status,
+e.g. "connection refused" or a TLS mismatch).
+
+:meth:`Client.finish` is how a command that published makes sure its messages
+arrived before the process ends: it waits until the endpoint took everything
+queued, then unpeers, which sends Broker's goodbye ping behind the data; the
+node answers it only after reading everything before it, and the connection
+closes on that answer. Only then does the endpoint shut down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from typing import Any
+
+from broker_spark.cli.args import client_configuration
+from broker_spark.cli.errors import CliError
+
+__all__ = ["Client"]
+
+log = logging.getLogger("broker_spark.cli")
+
+#: How long ``finish`` waits for queued messages and the goodbye, at most.
+FINISH_TIMEOUT = 30.0
+
+
+class Client:
+    """One endpoint connected to one node; a context manager that always shuts it down."""
+
+    def __init__(self, args: argparse.Namespace, watch: bool = False) -> None:
+        self.config = client_configuration(args)
+        #: Whether :meth:`lost` should notice the connection going away (statuses wanted).
+        self.watch = watch
+        self.peer: tuple[str, int] = args.peer
+        self.ws: str | None = getattr(args, "ws", None)
+        self.wait: float = args.wait
+        self.endpoint: Any = None
+        self._statuses: Any = None
+
+    def __enter__(self) -> Client:
+        from broker_spark.endpoint import Endpoint
+
+        self.endpoint = Endpoint(self.config)
+        self._statuses = self.endpoint.make_status_subscriber(receive_statuses=self.watch)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.endpoint is not None:
+            self.endpoint.shutdown()
+
+    @property
+    def target(self) -> str:
+        """The node as the user named it: ``host:port`` or the WebSocket URL."""
+        if self.ws:
+            return self.ws
+        host, port = self.peer
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def connect(self, topics: tuple[str, ...] = ()) -> None:
+        """Peer (or bridge ``topics`` over the WebSocket API); CliError when it cannot."""
+        ep = self.endpoint
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                if self.ws:
+                    ok = ep.web_socket_peer(self.ws, topics, retry=0)
+                else:
+                    ok = ep.peer(self.peer[0], self.peer[1], retry=0)
+            except ValueError as exc:  # e.g. a URL that is not ws:// or wss://
+                raise CliError(f"cannot connect to {self.target}: {exc}") from None
+            if ok:
+                log.debug("connected to %s", self.target)
+                return
+            reason = self._last_error() or "the connection failed"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if not reason.startswith("cannot connect to"):
+                    reason = f"cannot connect to {self.target}: {reason}"
+                raise CliError(reason)
+            log.debug("cannot connect to %s (%s), retrying", self.target, reason)
+            time.sleep(min(0.5, remaining))
+
+    def lost(self) -> str | None:
+        """Why the connection went away since the last call (needs ``watch``), or None."""
+        from broker_spark.errors import SC
+        from broker_spark.status import Status
+
+        for item in self._statuses.poll():
+            if isinstance(item, Status) and item.code() in (SC.PeerLost, SC.PeerRemoved):
+                return item.message() or item.code().name
+        return None
+
+    def _last_error(self) -> str:
+        from broker_spark.status import Error
+
+        message = ""
+        for item in self._statuses.poll():
+            if isinstance(item, Error):
+                message = item.message()
+        return message
+
+    def finish(self, publisher: Any = None, timeout: float = FINISH_TIMEOUT) -> None:
+        """Deliver what was published, say goodbye and shut down (see the module docstring)."""
+        from broker_spark.introspect import connection_count
+
+        ep = self.endpoint
+        deadline = time.monotonic() + timeout
+        while publisher is not None and publisher.buffered():
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"{publisher.buffered()} messages still queued after {timeout:g} s: "
+                    f"{self.target} does not read them"
+                )
+            time.sleep(0.005)
+        if self.ws:
+            ep.web_socket_unpeer(self.ws)
+        else:
+            ep.unpeer(self.peer[0], self.peer[1])
+            while connection_count(ep) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        ep.shutdown()

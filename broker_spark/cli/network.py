@@ -1,0 +1,195 @@
+"""``broker-spark status`` and ``broker-spark topology``: what a running node's network looks like.
+
+Both peer a temporary endpoint (a leaf, so it never carries traffic) with the
+node over protocol version 2 and read what the temporary endpoint's routing
+table then knows (``Endpoint.topology()``): the node, every endpoint reachable
+through it with its subscriptions, and the paths to each. The links drawn are
+the node's own peerings plus every hop of every path learned; that is the
+whole network for chains, trees and rings, while in a dense mesh a link that
+is on no shortest path may be missing. A node whose peer speaks only
+protocol version 1 (a real Zeek) shares no routes: it shows up alone, with its
+subscriptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_spark.cli.args import add_connect_arguments
+from broker_spark.cli.errors import CliError
+
+__all__ = ["Network", "network_from_snapshot", "register", "run_status", "run_topology"]
+
+#: Seconds the routing table may take to stop changing after peering.
+SETTLE_TIMEOUT = 2.0
+
+
+def short(node: str) -> str:
+    """The first 8 hex digits of a node id: unique enough for a picture or a table."""
+    return node[:8]
+
+
+@dataclass
+class Network:
+    """A node's network as seen through one temporary peer."""
+
+    node: str
+    address: str
+    version: int | None
+    #: Subscriptions (filter prefixes) of every endpoint, the node included.
+    filters: dict[str, list[str]] = field(default_factory=dict)
+    #: For each other endpoint, the node's shortest path to it (ids after the node).
+    routes: dict[str, list[str]] = field(default_factory=dict)
+    #: Undirected links, each a sorted pair of ids.
+    links: set[tuple[str, str]] = field(default_factory=set)
+
+    def peers_of(self, node: str) -> list[str]:
+        return sorted({b if a == node else a for a, b in self.links if node in (a, b)})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "address": self.address,
+            "protocol": self.version,
+            "peers": self.peers_of(self.node),
+            "endpoints": {
+                n: {"subscriptions": f, "route": self.routes.get(n, [])}
+                for n, f in sorted(self.filters.items())
+            },
+            "links": sorted([a, b] for a, b in self.links),
+        }
+
+
+def network_from_snapshot(snapshot: dict[str, Any], address: str) -> Network:
+    """Build the node's network from the probe's ``Endpoint.topology()``."""
+    peers = snapshot["peers"]
+    if not peers:
+        raise CliError(f"{address} closed the peering before it could be inspected")
+    peer = peers[0]
+    node = peer["node"]
+    endpoints = snapshot["endpoints"]
+    net = Network(node, address, peer["version"])
+    own = endpoints.get(node)
+    net.filters[node] = list(own["filter"] if own else peer["filter"])
+    for other, info in endpoints.items():
+        if other == node:
+            continue
+        net.filters[other] = list(info["filter"])
+        for path in info["paths"]:
+            for a, b in zip(path, path[1:], strict=False):
+                net.links.add((a, b) if a < b else (b, a))
+            if path and path[0] == node and other not in net.routes:
+                net.routes[other] = path[1:]  # paths come shortest first
+    return net
+
+
+def _settled_snapshot(endpoint: Any) -> dict[str, Any]:
+    """The topology once two snapshots in a row agree (routes arrive in a burst)."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    snap = endpoint.topology()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = endpoint.topology()
+        if again == snap:
+            break
+        snap = again
+    return snap
+
+
+def inspect_network(args: argparse.Namespace) -> Network:
+    from broker_spark.cli.client import Client
+
+    with Client(args) as client:
+        client.connect()
+        snapshot = _settled_snapshot(client.endpoint)
+        return network_from_snapshot(snapshot, client.target)
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser(
+        "status",
+        help="a node's peers, routes and subscriptions",
+        description="Peer with a node and print its peers, the endpoints it reaches (with "
+        "the path to each) and everyone's subscriptions.",
+        epilog="example:\n  broker-spark status --peer 127.0.0.1:9999",
+    )
+    s.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_connect_arguments(s)
+    s.set_defaults(run=run_status)
+    t = sub.add_parser(
+        "topology",
+        help="draw the network of endpoints as an SVG picture",
+        description="Peer with a node and draw every endpoint it reaches and the links "
+        "between them as an SVG file (circles and lines, labelled with short node ids).",
+        epilog="example:\n  broker-spark topology --peer 127.0.0.1:9999 --out net.svg",
+    )
+    t.add_argument("--out", required=True, metavar="FILE", help="SVG file to write (- for stdout)")
+    add_connect_arguments(t)
+    t.set_defaults(run=run_topology)
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+        if r
+    ]
+
+
+def _subs(prefixes: list[str]) -> str:
+    return ", ".join(prefixes) if prefixes else "-"
+
+
+def format_status(net: Network) -> list[str]:
+    version = f"protocol {net.version}" if net.version else "protocol unknown"
+    lines = [
+        f"node           {net.node}  at {net.address}  ({version})",
+        f"subscriptions  {_subs(net.filters[net.node])}",
+    ]
+    peers = net.peers_of(net.node)
+    if net.version == 1:
+        lines.append("peers, routes  unknown: protocol version 1 shares no routing information")
+        return lines
+    lines.append(f"peers          {len(peers)}")
+    if peers:
+        rows = [["ENDPOINT", "SUBSCRIPTIONS"]]
+        rows += [[short(p), _subs(net.filters.get(p, []))] for p in peers]
+        lines += _table(rows)
+    lines.append(f"routes         {len(net.routes)} endpoint(s) reachable")
+    if net.routes:
+        rows = [["ENDPOINT", "HOPS", "VIA", "SUBSCRIPTIONS"]]
+        order = sorted(net.routes, key=lambda n: (len(net.routes[n]), n))
+        for n in order:
+            route = net.routes[n]
+            via = " > ".join(short(h) for h in route[:-1]) or "-"
+            rows.append([short(n), str(len(route)), via, _subs(net.filters.get(n, []))])
+        lines += _table(rows)
+    return lines
+
+
+def run_status(args: argparse.Namespace) -> int:
+    net = inspect_network(args)
+    text = json.dumps(net.as_dict(), indent=2) if args.json else "\n".join(format_status(net))
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    from broker_spark.cli.svg import render_svg
+
+    net = inspect_network(args)
+    svg = render_svg(net)
+    if args.out == "-":
+        sys.stdout.write(svg)
+    else:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(svg)
+        n, m = len(net.filters), len(net.links)
+        print(f"wrote {args.out}: {n} endpoint{'s'[n == 1 :]}, {m} link{'s'[m == 1 :]}")
+    return 0

@@ -1,0 +1,251 @@
+"""``broker-spark node``: run an endpoint from flags and/or a TOML file until interrupted.
+
+On start it prints, on stdout, one line per fact a script may need, and
+nothing else: ``node <id>``, ``listening on HOST:PORT``, ``websocket
+listening on HOST:PORT`` and finally ``ready`` (ports are the bound ones, so
+port 0 works). Peer events and errors go to the log (stderr). SIGINT or
+SIGTERM shuts the endpoint down cleanly (goodbyes to peers, stores closed)
+and exits 0.
+
+Flags override the file, setting by setting: ``--peer`` given once replaces
+the file's whole list of peers, ``--cert`` replaces only the certificate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from typing import Any
+
+from broker_spark.cli.args import add_tls_arguments, check_tls, host_port, positive_float
+from broker_spark.cli.errors import CliError
+from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
+
+__all__ = ["register", "run", "serve"]
+
+log = logging.getLogger("broker_spark.cli")
+
+
+def _master_spec(text: str) -> StoreSpec:
+    name, _, rest = text.partition(":")
+    backend, _, path = rest.partition(":")
+    backend = backend.lower() or "memory"
+    if not name or backend not in ("memory", "sqlite"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME, NAME:memory or NAME:sqlite:PATH")
+    if backend == "sqlite" and not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: the sqlite backend needs a path")
+    return StoreSpec(name, backend, path or None)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "node",
+        help="run an endpoint (listen, peer, serve WebSocket clients, host stores)",
+        description="Run a Broker endpoint until interrupted. Settings come from --config "
+        "(TOML, see conf/) and from flags, which override the file.",
+        epilog="examples:\n"
+        "  broker-spark node --listen 127.0.0.1:9999 --no-tls\n"
+        "  broker-spark node --config conf/zeek-facing.toml\n"
+        "  broker-spark node --listen :0 --peer 10.0.0.1:9999 --master counters:sqlite:c.db",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML configuration (see conf/)")
+    p.add_argument(
+        "--listen",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="accept peers here (default 127.0.0.1:9999; port 0 picks a free one)",
+    )
+    p.add_argument("--no-listen", action="store_true", help="do not accept peers")
+    p.add_argument(
+        "--peer",
+        type=host_port,
+        action="append",
+        metavar="HOST:PORT",
+        help="peer with this node (repeatable; replaces the file's peers)",
+    )
+    p.add_argument(
+        "--retry", type=positive_float, metavar="SECONDS", help="redial lost peers (default 10)"
+    )
+    p.add_argument(
+        "--websocket", type=host_port, metavar="HOST:PORT", help="serve Zeek's WebSocket API here"
+    )
+    p.add_argument(
+        "--forward", action="append", metavar="TOPIC", help="route TOPIC here (repeatable)"
+    )
+    p.add_argument(
+        "--master",
+        type=_master_spec,
+        action="append",
+        metavar="NAME[:sqlite:PATH]",
+        help="master a data store (memory, or SQLite at PATH; repeatable)",
+    )
+    p.add_argument("--clone", action="append", metavar="NAME", help="clone a data store")
+    p.add_argument("--ttl", type=int, help="hops a message may travel (default 16)")
+    p.add_argument(
+        "--no-forwarding", action="store_true", help="never forward messages between peers"
+    )
+    add_tls_arguments(p)
+    p.set_defaults(run=run)
+
+
+def settings_from(args: argparse.Namespace) -> NodeSettings:
+    """The file's settings (or the defaults), overridden by each flag given."""
+    s = load_node_config(args.config) if args.config else NodeSettings()
+    if args.listen is not None:
+        s.listen = args.listen
+    if args.no_listen:
+        s.listen = None
+    for flag, name in (
+        ("peer", "peers"),
+        ("retry", "retry"),
+        ("websocket", "websocket"),
+        ("forward", "forward"),
+        ("master", "masters"),
+        ("clone", "clones"),
+        ("cert", "certificate"),
+        ("key", "key"),
+        ("ca", "cafile"),
+        ("capath", "capath"),
+        ("passphrase", "passphrase"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(s, name, value)
+    if args.no_tls:
+        s.disable_ssl = True
+    if args.ttl is not None:
+        s.options["ttl"] = args.ttl
+    if args.no_forwarding:
+        s.options["disable_forwarding"] = True
+    return s
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker_spark.cli.signals import stop_on_signals
+
+    settings = settings_from(args)
+    if args.log_level is None and settings.log_level:
+        logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
+    with stop_on_signals() as stop:
+        serve(settings, stop)
+    return 0
+
+
+def _where(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def serve(settings: NodeSettings, stop: threading.Event) -> None:
+    """Start the endpoint as configured, announce it, run until ``stop`` is set, shut down."""
+    from broker_spark.endpoint import Endpoint
+
+    config = settings.configuration()
+    check_tls(config)
+    endpoint = Endpoint(config)
+    logger = None
+    try:
+        errors = endpoint.make_status_subscriber()
+        _say(f"node {endpoint.node_id()}")
+        if settings.forward:
+            endpoint.forward(settings.forward)
+        _attach_stores(endpoint, settings)
+        if settings.listen is not None:
+            port = endpoint.listen(*settings.listen)
+            if not port:
+                reason = _reason(errors)
+                if not reason.startswith("cannot listen"):
+                    reason = f"cannot listen on {_where(settings.listen)}: {reason}"
+                raise CliError(reason)
+            _say(f"listening on {_where((settings.listen[0], port))}")
+        if settings.websocket is not None:
+            port = endpoint.web_socket_listen(*settings.websocket)
+            if not port:
+                raise CliError(
+                    f"cannot serve the WebSocket API on {_where(settings.websocket)} "
+                    "(address in use or not available?)"
+                )
+            _say(f"websocket listening on {_where((settings.websocket[0], port))}")
+        errors.reset()
+        logger = _StatusLogger(endpoint)  # from here on, statuses and errors go to the log
+        for peer in settings.peers:
+            log.info("peering with %s (redialling every %g s)", _where(peer), settings.retry)
+            endpoint.peer_nosync(peer[0], peer[1], settings.retry)
+        _say("ready")
+        while not stop.wait(0.5):
+            pass
+        log.info("shutting down")
+    finally:
+        if logger is not None:
+            logger.stop()
+        endpoint.shutdown()
+
+
+def _reason(errors: Any) -> str:
+    from broker_spark.status import Error
+
+    messages = [e.message() for e in errors.poll() if isinstance(e, Error)]
+    return messages[-1] if messages else "unknown reason"
+
+
+def _attach_stores(endpoint: Any, settings: NodeSettings) -> None:
+    from broker_spark.config import Backend
+
+    for spec in settings.masters:
+        if spec.backend == "sqlite":
+            endpoint.attach_master(spec.name, Backend.SQLite, {"path": spec.path})
+        else:
+            endpoint.attach_master(spec.name, Backend.Memory)
+        log.info(
+            "master of store %s (%s%s)",
+            spec.name,
+            spec.backend,
+            f" at {spec.path}" if spec.path else "",
+        )
+    for name in settings.clones:
+        endpoint.attach_clone(name)
+        log.info("clone of store %s", name)
+
+
+class _StatusLogger:
+    """Logs the endpoint's statuses (INFO) and errors (WARNING) from a thread of its own."""
+
+    def __init__(self, endpoint: Any) -> None:
+        self._sub = endpoint.make_status_subscriber(receive_statuses=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="broker-spark-status", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from broker_spark.errors import BrokerError
+
+        while not self._stop.is_set():
+            try:
+                items = self._sub.get(64, 0.2)
+            except BrokerError:
+                return  # the endpoint shut down
+            for item in items:
+                log_status(item)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+def log_status(item: Any) -> None:
+    """One status or error as one log line."""
+    from broker_spark.status import Error
+
+    if isinstance(item, Error):
+        log.warning("%s: %s", item.code().snake_name, item.message())
+        return
+    words = "".join(" " + c.lower() if c.isupper() else c for c in item.code().name).strip()
+    ctx = item.context()
+    where = f" at {ctx.network}" if ctx.network.is_set() else ""
+    detail = f" ({item.message()})" if item.message() else ""
+    log.info("%s: %s%s%s", words, ctx.node or "?", where, detail)

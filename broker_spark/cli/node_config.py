@@ -1,0 +1,257 @@
+"""Node configuration files (TOML) for ``broker-spark node --config FILE``.
+
+The layout, every key optional (``conf/*.toml`` are commented examples)::
+
+    [endpoint]
+    listen = "127.0.0.1:9999"    # where peers connect; false: do not listen
+    peers = ["10.0.0.2:9999"]     # nodes to peer with, redialled every `retry` s
+    retry = 10.0
+    forward = ["/zeek/"]          # topics to route here without a local subscriber
+
+    [websocket]
+    listen = "127.0.0.1:9997"    # Zeek's WebSocket JSON API (wss unless TLS is off)
+
+    [tls]
+    disable = false               # true: plain TCP (Broker's disable_ssl)
+    certificate = "certs/a.pem"   # with any of these, mutual TLS against the CA
+    key = "certs/a.key"
+    cafile = "certs/ca.pem"
+    capath = ""
+    passphrase = ""
+
+    [options]                     # any BrokerOptions field: ttl, disable_forwarding,
+    ttl = 16                      # peer_buffer_size, peer_overflow_policy, ...
+
+    [[master]]                    # a data store mastered here
+    name = "counters"
+    backend = "sqlite"            # or "memory" (the default)
+    path = "counters.sqlite"
+
+    [[clone]]                     # a clone of a store mastered elsewhere
+    name = "hosts"
+
+    [log]
+    level = "info"
+
+Relative paths (certificates, SQLite files) are relative to the directory of
+the file, so a configuration works from any working directory. Unknown
+sections and keys are errors that name the key and the file (a typo must not
+be silently ignored), as are values of the wrong type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker_spark.cli.args import HostPort, parse_host_port
+from broker_spark.cli.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["ConfigError", "NodeSettings", "StoreSpec", "load_node_config", "LOG_LEVELS"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+BACKENDS = ("memory", "sqlite")
+
+#: Default address to accept peers on (Broker's customary port, loopback only).
+DEFAULT_LISTEN: HostPort = ("127.0.0.1", 9999)
+
+
+class ConfigError(UsageError):
+    """A configuration file that cannot be used; the message names the file."""
+
+
+@dataclass
+class StoreSpec:
+    """A store to master (``backend``, ``path``) or to clone."""
+
+    name: str
+    backend: str = "memory"
+    path: str | None = None
+
+
+@dataclass
+class NodeSettings:
+    """Everything ``node`` needs, from a file, from flags, or both (flags win)."""
+
+    listen: HostPort | None = DEFAULT_LISTEN
+    peers: list[HostPort] = field(default_factory=list)
+    retry: float = 10.0
+    forward: list[str] = field(default_factory=list)
+    websocket: HostPort | None = None
+    disable_ssl: bool = False
+    certificate: str = ""
+    key: str = ""
+    cafile: str = ""
+    capath: str = ""
+    passphrase: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    masters: list[StoreSpec] = field(default_factory=list)
+    clones: list[str] = field(default_factory=list)
+    log_level: str | None = None
+
+    def configuration(self) -> Any:
+        """The endpoint's Configuration; ConfigError for an impossible option value."""
+        from broker_spark.config import BrokerOptions, Configuration
+
+        try:
+            options = BrokerOptions(**self.options, disable_ssl=self.disable_ssl)
+            options.validate()
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[options]: {exc}") from None
+        config = Configuration(options)
+        config.openssl_certificate = self.certificate
+        config.openssl_key = self.key
+        config.openssl_cafile = self.cafile
+        config.openssl_capath = self.capath
+        config.openssl_passphrase = self.passphrase
+        return config
+
+
+def _option_names() -> list[str]:
+    from broker_spark.config import BrokerOptions
+
+    return sorted(n for n in vars(BrokerOptions()) if n != "disable_ssl")
+
+
+_KIND_NAMES = {
+    str: "a string",
+    bool: "true or false",
+    int: "a number",
+    float: "a number",
+    list: "a list",
+    dict: "a table",
+}
+
+
+class _Reader:
+    """Checks one parsed file, section by section, with messages that name the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.base = path.parent
+
+    def fail(self, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {message}")
+
+    def keys(self, where: str, table: Any, known: list[str]) -> dict[str, Any]:
+        if not isinstance(table, dict):
+            raise self.fail(f"{where} must be a table")
+        for key in table:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.fail(f"unknown key {key!r} in {where}{hint}")
+        return table
+
+    def typed(self, where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # TOML booleans are ints to Python: a bool only passes where a bool is asked for.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in kinds))
+            raise self.fail(f"{where} {key} must be {names}, got {value!r}")
+        return value
+
+    def address(self, where: str, key: str, value: Any) -> HostPort:
+        self.typed(where, key, value, str)
+        try:
+            return parse_host_port(value)
+        except ValueError as exc:
+            raise self.fail(f"{where} {key}: {exc}") from None
+
+    def path_value(self, where: str, key: str, value: Any) -> str:
+        self.typed(where, key, value, str)
+        if not value:
+            return ""
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else self.base / p)
+
+    def strings(self, where: str, key: str, value: Any) -> list[str]:
+        self.typed(where, key, value, list)
+        return [self.typed(where, f"{key}[{i}]", v, str) for i, v in enumerate(value)]
+
+
+def load_node_config(path: str | Path) -> NodeSettings:
+    """Read and check a node configuration file; ConfigError naming the file on any problem."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    r = _Reader(path)
+    r.keys("the file", doc, ["endpoint", "websocket", "tls", "options", "master", "clone", "log"])
+    s = NodeSettings()
+    ep = r.keys("[endpoint]", doc.get("endpoint", {}), ["listen", "peers", "retry", "forward"])
+    if "listen" in ep:
+        listen = ep["listen"]
+        s.listen = None if listen is False else r.address("[endpoint]", "listen", listen)
+    peers = r.strings("[endpoint]", "peers", ep.get("peers", []))
+    s.peers = [r.address("[endpoint]", "peers", p) for p in peers]
+    retry = r.typed("[endpoint]", "retry", ep.get("retry", s.retry), (int, float))
+    if retry < 0:
+        raise r.fail("[endpoint] retry must be zero or more")
+    s.retry = float(retry)
+    s.forward = r.strings("[endpoint]", "forward", ep.get("forward", []))
+    ws = r.keys("[websocket]", doc.get("websocket", {}), ["listen"])
+    if "listen" in ws:
+        s.websocket = r.address("[websocket]", "listen", ws["listen"])
+    tls = r.keys(
+        "[tls]",
+        doc.get("tls", {}),
+        ["disable", "certificate", "key", "cafile", "capath", "passphrase"],
+    )
+    s.disable_ssl = r.typed("[tls]", "disable", tls.get("disable", False), bool)
+    for name in ("certificate", "key", "cafile", "capath"):
+        setattr(s, name, r.path_value("[tls]", name, tls.get(name, "")))
+    s.passphrase = r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str)
+    s.options = dict(r.keys("[options]", doc.get("options", {}), _option_names()))
+    s.masters = [_store(r, "[[master]]", t, master=True) for t in _tables(r, doc, "master")]
+    s.clones = [_store(r, "[[clone]]", t, master=False).name for t in _tables(r, doc, "clone")]
+    log = r.keys("[log]", doc.get("log", {}), ["level"])
+    if "level" in log:
+        level = r.typed("[log]", "level", log["level"], str).lower()
+        if level not in LOG_LEVELS:
+            raise r.fail(f"[log] level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+        s.log_level = level
+    try:
+        s.configuration()  # option values checked now, with the file's name
+    except ConfigError as exc:
+        raise r.fail(str(exc)) from None
+    return s
+
+
+def _tables(r: _Reader, doc: dict[str, Any], name: str) -> list[Any]:
+    value = doc.get(name, [])
+    if not isinstance(value, list):
+        raise r.fail(f"{name} must be an array of tables: write [[{name}]]")
+    return value
+
+
+def _store(r: _Reader, where: str, table: Any, master: bool) -> StoreSpec:
+    known = ["name", "backend", "path"] if master else ["name"]
+    t = r.keys(where, table, known)
+    if "name" not in t:
+        raise r.fail(f"{where} needs a name")
+    name = r.typed(where, "name", t["name"], str)
+    if not name:
+        raise r.fail(f"{where} name must not be empty")
+    spec = StoreSpec(name)
+    if master:
+        spec.backend = r.typed(where, "backend", t.get("backend", "memory"), str).lower()
+        if spec.backend not in BACKENDS:
+            raise r.fail(f"{where} backend must be memory or sqlite, got {spec.backend!r}")
+        if "path" in t:
+            spec.path = r.path_value(where, "path", t["path"])
+        if spec.backend == "sqlite" and not spec.path:
+            raise r.fail(f"{where} {name}: the sqlite backend needs a path")
+    return spec

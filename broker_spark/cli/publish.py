@@ -1,0 +1,283 @@
+"""``broker-spark publish TOPIC [VALUE...]``: publish values given as JSON, then make sure they arrived.
+
+Values come from the arguments or, without any, from standard input (or
+``--file``), one JSON text per line (see :mod:`broker_spark.cli.values` for
+how JSON maps to Broker's types). The command exits only after the node it
+peered with has read every message (see :meth:`Client.finish`), so
+``publish`` in a script is done when it returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from broker_spark.cli.args import add_connect_arguments, positive_float
+from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.cli.values import parse_value
+
+__all__ = ["register", "run"]
+
+log = logging.getLogger("broker_spark.cli")
+
+#: Bytes read from the input at a time; every complete line in it goes out in one batch.
+READ_SIZE = 64 * 1024
+
+#: Longest input line accepted (the JSON decoder's own limit).
+MAX_LINE = 16 * 1024 * 1024
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="publish values (JSON) from arguments or stdin lines",
+        description="Publish each VALUE (or, without any, each line of stdin or --file) on "
+        'TOPIC. Values are JSON: Zeek\'s WebSocket JSON ({"@data-type": "count", '
+        '"data": 1}) or plain JSON (numbers, strings, arrays as vectors, objects as tables). '
+        "Exits once the node has read every message.",
+        epilog="examples:\n"
+        "  broker-spark publish /demo/hello '\"hi\"' 42 '[1, 2.5, null]'\n"
+        "  broker-spark publish /zeek/event --event ping '\"hello\"' 1\n"
+        "  seq 10000 | broker-spark publish /numbers --peer 10.0.0.1:9999",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="topic to publish on, e.g. /zeek/events")
+    p.add_argument("values", metavar="VALUE", nargs="*", help="JSON values (default: stdin)")
+    p.add_argument(
+        "--event",
+        metavar="NAME",
+        help="publish a Zeek event NAME whose arguments are the VALUEs "
+        "(from stdin: one event per line, each line a JSON array of arguments)",
+    )
+    p.add_argument(
+        "--infer",
+        action="store_true",
+        help="read strings that look like ports (80/tcp), subnets, addresses, timestamps "
+        "or timespans (1500ms) as those types",
+    )
+    p.add_argument(
+        "--string", action="store_true", help="take each VALUE or line verbatim as a string"
+    )
+    p.add_argument("--file", metavar="FILE", help="read values from FILE instead of stdin")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="warn about and skip input lines that are not valid (default: stop there)",
+    )
+    p.add_argument(
+        "--progress", action="store_true", help="show progress on stderr even when not a terminal"
+    )
+    gen = p.add_argument_group(
+        "generating events",
+        "Instead of reading values: publish the demo's synthetic Zeek connection events "
+        "(conn(ts, uid, orig_h, resp_h, resp_p, service, orig_bytes, resp_bytes)) at a steady "
+        "rate, until --seconds or interrupted.",
+    )
+    gen.add_argument("--generate", choices=("conn",), help="the kind of events to make")
+    gen.add_argument(
+        "--rate", type=positive_float, default=1000.0, help="events per second (default 1000)"
+    )
+    gen.add_argument(
+        "--seconds", type=positive_float, help="stop after SECONDS (default: when interrupted)"
+    )
+    p.add_argument(
+        "--await-subscriber",
+        type=positive_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for a subscriber of TOPIC to be known; fail without one",
+    )
+    add_connect_arguments(p, websocket=True)
+    p.set_defaults(run=run)
+
+
+def _converter(args: argparse.Namespace) -> Callable[[str], Any]:
+    """Text of one value (or, with --event, one argument list) to what is published."""
+    from broker_spark.zeek import Event
+
+    if args.string:
+        return (lambda text: Event(args.event, text)) if args.event else (lambda text: text)
+    if not args.event:
+        return lambda text: parse_value(text, args.infer)
+
+    def event(text: str) -> Any:
+        value = parse_value(text, args.infer)
+        if not isinstance(value, tuple):
+            raise ValueError("with --event each line must be a JSON array of the arguments")
+        return Event(args.event, *value)
+
+    return event
+
+
+def _values_from_arguments(args: argparse.Namespace) -> list[Any]:
+    """The VALUE arguments, checked before anything connects (a bad one is a usage error)."""
+    convert = (lambda text: text) if args.string else (lambda t: parse_value(t, args.infer))
+    values = []
+    for i, text in enumerate(args.values, 1):
+        try:
+            values.append(convert(text))
+        except ValueError as exc:
+            raise UsageError(f"VALUE {i} ({text[:40]!r}): {exc}") from None
+    if args.event:
+        from broker_spark.zeek import Event
+
+        return [Event(args.event, *values)]
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker_spark.cli.client import Client
+    from broker_spark.topic import as_topic_str
+
+    topic = as_topic_str(args.topic)
+    from_input = not args.values and not args.generate
+    if args.generate and (args.values or args.file or args.event):
+        raise UsageError("--generate makes its own events: no VALUEs, --file or --event")
+    if args.generate and not args.rate:
+        raise UsageError("--rate must be more than 0")
+    if args.values and args.file:
+        raise UsageError("give VALUEs or --file, not both")
+    values = _values_from_arguments(args) if args.values else []
+    with Client(args) as client:
+        client.connect((topic,))
+        if args.await_subscriber:
+            _await_subscriber(client, topic, args.await_subscriber)
+        publisher = client.endpoint.make_publisher(topic)
+        bad_input = None
+        if args.generate:
+            count = _generate(args, publisher)
+        elif from_input:
+            try:
+                count = _publish_input(args, publisher)
+            except CliError as exc:  # a bad line: what came before it is still delivered
+                bad_input, count = exc, 0
+        else:
+            publisher.publish_batch(*values)
+            count = len(values)
+        client.finish(publisher)
+        if bad_input is not None:
+            raise bad_input
+    log.info("published %d message%s on %s to %s", count, "s"[count == 1 :], topic, client.target)
+    return 0
+
+
+def _await_subscriber(client: Any, topic: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        if any(topic.startswith(t.string()) for t in client.endpoint.peer_subscriptions()):
+            return
+        if time.monotonic() >= deadline:
+            raise CliError(f"no subscriber of {topic} known to {client.target} after {seconds:g} s")
+        time.sleep(0.02)
+
+
+def _publish_input(args: argparse.Namespace, publisher: Any) -> int:
+    from broker_spark.cli.progress import Progress
+
+    if args.file and args.file != "-":
+        stream = open(args.file, "rb")  # noqa: SIM115 - closed below
+        size: int | None = os.fstat(stream.fileno()).st_size or None
+        name = args.file
+    else:
+        stream = sys.stdin.buffer
+        size = None
+        name = "stdin"
+        if stream.isatty():
+            log.info("reading one JSON value per line from the terminal; Ctrl-D ends")
+    progress = Progress("published", args.progress or sys.stderr.isatty(), size)
+    convert = _converter(args)
+    published = 0
+    try:
+        for number, lines, nbytes in _line_batches(stream.fileno()):
+            batch = []
+            for offset, raw in enumerate(lines):
+                try:
+                    text = _text(raw)
+                    if not text.strip():
+                        continue
+                    batch.append(convert(text))
+                except ValueError as exc:
+                    where = f"{name} line {number + offset}"
+                    if not args.skip_invalid:
+                        publisher.publish_batch(*batch)
+                        raise CliError(f"{where}: {exc}") from None
+                    log.warning("%s: %s (skipped)", where, exc)
+            publisher.publish_batch(*batch)
+            published += len(batch)
+            progress.add(len(batch), nbytes)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    progress.done()
+    return published
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+
+
+def _generate(args: argparse.Namespace, publisher: Any) -> int:
+    """Publish the demo's connection events at ``--rate`` until ``--seconds`` or a signal.
+
+    Paced against the clock: each tick publishes what is due since the start,
+    in one batch, so the rate holds whatever the tick's jitter.
+    """
+    from broker_spark.cli.progress import Progress
+    from broker_spark.cli.signals import stop_on_signals
+    from broker_spark.demo_events import ConnectionEvents
+
+    events = ConnectionEvents()
+    progress = Progress("published", args.progress or sys.stderr.isatty(), unit="events")
+    published = 0
+    start = time.monotonic()
+    end = None if args.seconds is None else start + args.seconds
+    log.info("publishing %g %s events/s on %s", args.rate, args.generate, args.topic)
+    with stop_on_signals() as stop:
+        while not stop.is_set():
+            now = time.monotonic()
+            if end is not None and now >= end:
+                now = end
+            due = int(args.rate * (now - start)) - published
+            if due > 0:
+                publisher.publish_batch(*events.batch(due))
+                published += due
+                progress.add(due)
+            if end is not None and now >= end:
+                break
+            stop.wait(0.05)
+    progress.done()
+    return published
+
+
+def _line_batches(fd: int) -> Iterator[tuple[int, list[bytes], int]]:
+    """``(number of the first line, complete lines, bytes)`` for each read from ``fd``.
+
+    ``os.read`` returns what is available, so lines trickling in from a pipe go
+    out as they come, and a fast producer fills whole batches.
+    """
+    pending = b""
+    number = 1
+    while True:
+        chunk = os.read(fd, READ_SIZE)
+        if not chunk:
+            break
+        data = pending + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) > MAX_LINE:
+                raise CliError(f"line {number} is longer than {MAX_LINE} bytes")
+            pending = data
+            continue
+        lines = data[:cut].split(b"\n")
+        pending = data[cut + 1 :]
+        yield number, lines, len(chunk)
+        number += len(lines)
+    if pending:
+        yield number, [pending], 0

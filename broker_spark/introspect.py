@@ -1,0 +1,102 @@
+"""What an endpoint knows about the network, as plain data: ``Endpoint.topology()``.
+
+An endpoint never sees the whole network directly: it knows its own peers
+(the links), and, over protocol version 2, what the routing table learned
+from subscription flooding: every reachable endpoint, the paths to it and its
+filter. This module takes that knowledge as a snapshot, on the endpoint's
+loop (where the state lives, so it is consistent), and hands it out as dicts,
+lists and strings that any thread may keep, print or turn into JSON. The
+``status`` and ``topology`` commands of the CLI draw from it.
+
+A path is listed from this endpoint outwards, without this endpoint: the
+first element is a direct peer, the last the endpoint it leads to. So the
+links of the network that this endpoint can see are its own peerings plus the
+consecutive pairs of every path. Peers over version 1 (a real Zeek, or Broker
+before 3.0) forward no routing information: they show up as peers with their
+filter and nothing beyond them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker_spark.endpoint import Endpoint
+
+__all__ = ["connection_count", "topology_snapshot"]
+
+
+def _id_str(node: bytes) -> str:
+    from broker_spark.core.actor import Core
+
+    return Core.id_to_str(node)
+
+
+def _peering(endpoint: Endpoint) -> Any:
+    from broker_spark.core.peering import Peering
+
+    return Peering.existing(endpoint._core)
+
+
+def topology_snapshot(endpoint: Endpoint) -> dict[str, Any]:
+    """This endpoint's view of the network (see the module docstring).
+
+    Returns ``{"node": id, "filter": [prefixes], "peers": [...], "endpoints": {...}}``:
+
+    - ``peers``: one dict per link with ``node``, ``address``, ``port`` (empty
+      and 0 when unknown, e.g. for inbound or in-process peers), ``inbound``,
+      ``version`` (1 or 2 for TCP/TLS peers, None for other links) and
+      ``filter`` (the topics the peer asked us for);
+    - ``endpoints``: for every endpoint reachable over version 2 routing, by
+      id: ``filter`` (its own subscriptions), ``distance`` (hops) and
+      ``paths`` (lists of ids, shortest first).
+    """
+    core = endpoint._core
+    peering = _peering(endpoint)
+
+    def snapshot() -> dict[str, Any]:
+        from broker_spark.status import PeerFlags
+
+        peers = []
+        for link in list(core.links.values()):
+            peers.append(
+                {
+                    "node": link.peer_str,
+                    "address": link.network.address,
+                    "port": link.network.port,
+                    "inbound": bool(link.flags & PeerFlags.Inbound),
+                    "version": getattr(link, "version", None),
+                    "filter": list(link.prefixes),
+                }
+            )
+        endpoints: dict[str, Any] = {}
+        if peering is not None:
+            router = peering.fabric.router
+            for node in sorted(router.reachable()):
+                paths = sorted(router.paths(node), key=lambda p: (len(p), p))
+                endpoints[_id_str(node)] = {
+                    "filter": list(router.filter_of(node) or ()),
+                    "distance": router.distance(node),
+                    "paths": [[_id_str(hop) for hop in path] for path in paths],
+                }
+        return {
+            "node": core.node_str,
+            "filter": list(core.filter),
+            "peers": sorted(peers, key=lambda p: p["node"]),
+            "endpoints": endpoints,
+        }
+
+    return endpoint._loop.run_sync(snapshot)
+
+
+def connection_count(endpoint: Endpoint) -> int:
+    """Open TCP/TLS connections, peered or not (0 once every goodbye has completed).
+
+    The CLI's one-shot commands wait for this to drop to zero after ``unpeer``:
+    a connection closes when the peer answered our goodbye, which it does
+    only after reading everything we sent before it.
+    """
+    peering = _peering(endpoint)
+    if peering is None:
+        return 0
+    return int(endpoint._loop.run_sync(lambda: len(peering.conns)))

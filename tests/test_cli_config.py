@@ -1,0 +1,131 @@
+"""Node configuration files: conf/*.toml, the checks on unknown keys and types, flags over files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli_support import ROOT
+
+from broker_spark.cli import build_parser, main
+from broker_spark.cli.node import settings_from
+from broker_spark.cli.node_config import ConfigError, NodeSettings, load_node_config
+
+CONF_FILES = sorted((ROOT / "conf").glob("*.toml"))
+
+
+def test_the_examples_are_there() -> None:
+    names = {p.name for p in CONF_FILES}
+    assert {"standalone.toml", "tls-a.toml", "tls-b.toml", "zeek-facing.toml"} <= names
+    assert (ROOT / "conf" / "log4j2.properties").is_file()
+
+
+@pytest.mark.parametrize("path", CONF_FILES, ids=lambda p: p.name)
+def test_every_example_config_loads(path: Path) -> None:
+    settings = load_node_config(path)
+    config = settings.configuration()
+    assert config.options.ttl >= 1
+    if path.name.startswith("tls-"):
+        # Certificate paths resolve next to the file: conf/certs/, where `certs` writes.
+        assert Path(settings.certificate).parent == ROOT / "conf" / "certs"
+        assert config.authenticated
+    if path.name == "zeek-facing.toml":
+        assert settings.websocket is not None and "zeek/" in settings.forward
+
+
+def test_log4j2_quiets_spark() -> None:
+    text = (ROOT / "conf" / "log4j2.properties").read_text()
+    assert "rootLogger.level = warn" in text
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[endpoint]\nlisen = '1.2.3.4:1'\n",
+            "unknown key 'lisen' in [endpoint] (did you mean 'listen'?)",
+        ),
+        ("[endpoints]\n", "unknown key 'endpoints' in the file"),
+        ("[tls]\ncertfile = 'x'\n", "unknown key 'certfile' in [tls]"),
+        ("[options]\nttl = 0\n", "ttl must be an integer in [1, 65535]"),
+        ("[options]\nnope = 1\n", "unknown key 'nope' in [options]"),
+        ("[endpoint]\nretry = 'soon'\n", "[endpoint] retry must be a number, got 'soon'"),
+        ("[endpoint]\npeers = '1.2.3.4:1'\n", "[endpoint] peers must be a list, got"),
+        ("[endpoint]\nlisten = 'nowhere'\n", "[endpoint] listen: 'nowhere' is not HOST:PORT"),
+        ("[tls]\ndisable = 'yes'\n", "[tls] disable must be true or false"),
+        ("[[master]]\nname = 's'\nbackend = 'sqlite'\n", "the sqlite backend needs a path"),
+        ("[[master]]\nbackend = 'memory'\n", "[[master]] needs a name"),
+        ("[[clone]]\nname = 's'\npath = 'x'\n", "unknown key 'path' in [[clone]]"),
+        ("master = 1\n", "master must be an array of tables"),
+        ("[log]\nlevel = 'loud'\n", "[log] level must be one of"),
+        ("[endpoint\n", "invalid TOML"),
+    ],
+)
+def test_bad_configs_name_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_node_config(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+
+
+def test_a_bad_config_is_a_one_line_usage_error(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, "[websocket]\nport = 9997\n")
+    assert main(["node", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"broker-spark: error: {path}: unknown key 'port' in [websocket]\n"
+    assert main(["node", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_relative_paths_are_relative_to_the_file(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "[tls]\ncertificate = 'c/a.pem'\nkey = '/abs/a.key'\n"
+        "[[master]]\nname = 's'\nbackend = 'SQLite'\npath = 'data/s.db'\n",
+    )
+    s = load_node_config(path)
+    assert s.certificate == str(tmp_path / "c" / "a.pem")
+    assert s.key == "/abs/a.key"
+    assert (s.masters[0].backend, s.masters[0].path) == ("sqlite", str(tmp_path / "data/s.db"))
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "[endpoint]\nlisten = '127.0.0.1:9991'\npeers = ['a:1', 'b:2']\nforward = ['/x']\n"
+        "[tls]\ncertificate = 'a.pem'\nkey = 'a.key'\ncafile = 'ca.pem'\n[options]\nttl = 5\n",
+    )
+    args = build_parser().parse_args(
+        [
+            "node",
+            "--config",
+            str(path),
+            "--listen",
+            ":0",
+            "--peer",
+            "c:3",
+            "--cert",
+            "/b.pem",
+            "--ttl",
+            "9",
+            "--master",
+            "m:sqlite:/tmp/m.db",
+            "--no-forwarding",
+        ]  # fmt: skip
+    )
+    s = settings_from(args)
+    assert s.listen == ("127.0.0.1", 0)
+    assert s.peers == [("c", 3)]  # replaced, not appended
+    assert s.forward == ["/x"]  # not given: the file's
+    assert s.certificate == "/b.pem" and s.key == str(tmp_path / "a.key")
+    assert s.options == {"ttl": 9, "disable_forwarding": True}
+    assert [(m.name, m.backend, m.path) for m in s.masters] == [("m", "sqlite", "/tmp/m.db")]
+    no_listen = settings_from(build_parser().parse_args(["node", "--no-listen"]))
+    assert no_listen.listen is None and no_listen == NodeSettings(listen=None)

@@ -1,0 +1,135 @@
+"""The notebooks in notebooks/: stored clean, and each runs top to bottom (with nbclient).
+
+A kernel is a separate Python process with its own JVM, which costs seconds
+to start; so the three notebooks run one after the other in one kernel, as
+they would in one Databricks cluster: each starts with ``%reset -f``, so it
+sees none of the previous one's variables and must set everything up itself
+(its session cell then finds the running SparkSession, as on Databricks).
+Each asserts on what its cells print: counts that only come out right when
+data went through Spark and Broker and back.
+
+Deselect the runs with ``-m "not notebooks"`` (the storage checks stay).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = ["01_quickstart", "02_zeek_events", "03_stores"]
+
+#: Seconds a cell may run (the first starts a JVM) and a notebook may take in all.
+CELL_TIMEOUT = 120
+NOTEBOOK_TIMEOUT = 240
+
+#: What each notebook must print (one line each, exactly).
+EXPECTED = {
+    "01_quickstart": [
+        "received 100 of 100 messages back from Spark",
+        "/demo/out/0 ping [Count(0), 'host-0']",
+        "the query read 100 rows",
+    ],
+    "02_zeek_events": [
+        "counted 600 connections in 6 windows",
+        "per-service totals match: True {'dns': 141, 'http': 140, 'ssl': 167, 'ssh': 152}",
+    ],
+    "03_stores": [
+        "the master now holds ('switch', 48)",
+        "4 entries in the store",
+        "changes: insert, update, erase",
+    ],
+}
+
+
+def _read(name: str) -> Any:
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+
+
+def test_there_are_exactly_the_expected_notebooks() -> None:
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_is_stored_clean(name: str) -> None:
+    nb = _read(name)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4
+    assert nb.metadata.kernelspec.name == "python3"
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
+    assert all(not cell.metadata for cell in nb.cells)  # no collapsed/scrolled/execution state
+    assert set(nb.metadata) <= {"kernelspec", "language_info"}
+    # The install is guarded: harmless outside Databricks, and the first thing that runs.
+    first = code[0].source
+    assert '"DATABRICKS_RUNTIME_VERSION" in os.environ' in first and "if ON_DATABRICKS:" in first
+    assert "pip" in first
+    assert not any(
+        line.lstrip().startswith("%pip") for cell in code for line in cell.source.splitlines()
+    )
+    # Uses Databricks' spark when there is one.
+    assert any('globals().get("spark")' in cell.source for cell in code)
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[KernelManager]:
+    """One kernel (and so one JVM) for the three notebooks; stopped with Spark at the end."""
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(NOTEBOOKS))
+    try:
+        yield km
+    finally:
+        stop = nbformat.v4.new_notebook(
+            cells=[
+                new_code_cell(
+                    "from pyspark.sql import SparkSession\n"
+                    "session = SparkSession.getActiveSession()\n"
+                    "if session is not None:\n"
+                    "    session.stop()"
+                )
+            ]
+        )
+        try:
+            NotebookClient(stop, km=km, timeout=60).execute()
+        finally:
+            km.shutdown_kernel(now=False)
+
+
+def _stdout(nb: Any) -> list[str]:
+    lines = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream" and output.name == "stdout":
+                lines += output.text.splitlines()
+    return lines
+
+
+@pytest.mark.notebooks
+@pytest.mark.spark
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_top_to_bottom(name: str, kernel: KernelManager) -> None:
+    nb = copy.deepcopy(_read(name))
+    nb.cells.insert(0, new_code_cell("%reset -f"))  # a fresh namespace, as a new notebook has
+    started = time.monotonic()
+    NotebookClient(
+        nb,
+        km=kernel,
+        timeout=CELL_TIMEOUT,
+        allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    ).execute()
+    took = time.monotonic() - started
+    printed = _stdout(nb)
+    for line in EXPECTED[name]:
+        assert line in printed, f"{name} did not print {line!r}; it printed:\n" + "\n".join(printed)
+    assert took < NOTEBOOK_TIMEOUT
