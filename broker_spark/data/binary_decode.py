@@ -7,6 +7,12 @@ and stores them into a list sized in advance; only a nested container costs a
 call. The loop is a closure made once per :class:`DecodeLimits`, so the limits
 are read from cells rather than attributes.
 
+A Zeek message whose layout was seen before skips all of that: :func:`decode`
+hands it to a reader compiled for the layout
+(:mod:`~broker_spark.data.binary_decode_fast`), which checks everything it
+relies on and gives up on anything else, leaving the message to the general
+reader below. That reader remains the reference for values and errors.
+
 Leaves that repeat and are immutable are shared instead of rebuilt: small
 counts, and addresses, ports and enum values through small caches keyed by
 their encoded bytes (emptied when full). Building an ``ipaddress`` object or
@@ -93,6 +99,10 @@ _ADDRESSES: dict[bytes, Any] = {}
 _PORTS: dict[bytes, Port] = {}
 _ENUMS: dict[bytes, Enum] = {}
 
+# Compiled readers by message head, and the last one used (see binary_decode_fast).
+_FAST_READERS: dict[bytes, Callable[[bytes, int], Any]] = {}
+_FAST_LAST: list[tuple[bytes, Any]] = [(bytes(25), None)]  # byte 22 of a head is 5
+
 _RANGES = tuple(range(n) for n in range(256))
 _CONTAINER_NAMES = {12: "set", 13: "table", 14: "vector"}
 
@@ -110,6 +120,32 @@ def decode(
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
+    key = fast = None
+    if limits is DEFAULT_LIMITS and 0 <= offset < len(buf) - 24:
+        # Perhaps a Zeek message ``(count, count, (name, ...))``: the bytes up to the
+        # end of its name pick a reader compiled for its layout (binary_decode_fast,
+        # which checks the rest of the head before it compiles one).
+        last = _FAST_LAST[0]
+        if buf.startswith(last[0], offset):  # the same kind as the last one (no key to hash)
+            key, fast = last
+        elif buf[offset + 22] == 5:  # a string where the name would be
+            key = buf[offset : offset + 24 + buf[offset + 23]]
+            fast = _FAST_READERS.get(key)
+            if fast is not None:
+                _FAST_LAST[0] = (key, fast)
+        if fast is not None:
+            try:
+                return fast(buf, offset)
+            except Exception:
+                pass  # not the layout, or malformed: the general reader decides
+    value = _decode(buf, limits, offset)
+    if key is not None:
+        _fast.learn(key, buf, offset)
+    return value
+
+
+def _decode(buf: bytes, limits: DecodeLimits, offset: int) -> Any:
+    """:func:`decode` by the general reader."""
     if not 0 <= offset < len(buf):
         raise DecodeError(f"no value at offset {offset} of a {len(buf)}-byte buffer")
     size = len(buf) - offset
@@ -309,9 +345,11 @@ def _make_reader(limits: DecodeLimits) -> _Reader:
                 items[i] = _ts_from_ns(_unpack_q(buf, pos + 1)[0])
                 pos += 9
             elif tag == 10:  # timespan
-                micros, nanos = divmod(_unpack_q(buf, pos + 1)[0], 1000)
+                ns = _unpack_q(buf, pos + 1)[0]
+                micros, nanos = divmod(ns, 1000)
                 span = _Timespan(0, 0, micros)
                 span._nanos = nanos
+                span._ns = ns
                 items[i] = span
                 pos += 9
             elif tag == 11:  # enum value
@@ -417,3 +455,8 @@ def _read_subnet(buf: bytes, pos: int) -> ipaddress.IPv4Network | ipaddress.IPv6
 
 
 _DEFAULT_READ = _make_reader(DEFAULT_LIMITS)
+
+
+# The compiled fast path needs the helpers above, so it is imported last (it
+# fills _FAST_READERS and _FAST_LAST, which decode consults).
+from broker_spark.data import binary_decode_fast as _fast  # noqa: E402

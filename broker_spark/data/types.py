@@ -142,9 +142,16 @@ class Enum:
 
 
 class Timestamp(_dt.datetime):
-    """A UTC ``datetime`` that keeps Broker's nanosecond precision."""
+    """A UTC ``datetime`` that keeps Broker's nanosecond precision.
 
-    __slots__ = ("_nanos",)
+    One built by :meth:`from_ns` (every decoded one) also remembers the
+    nanoseconds it was built from, in ``_ns``: the compiled binary encoder
+    writes that instead of working the instant out again from the fields
+    (two ``timedelta`` operations, most of the cost of encoding a timestamp).
+    Values are immutable, so it never goes stale; others simply lack it.
+    """
+
+    __slots__ = ("_nanos", "_ns")
 
     @classmethod
     def from_ns(cls, ns: int) -> Timestamp:
@@ -165,6 +172,7 @@ class Timestamp(_dt.datetime):
         second, micro = divmod(micros, 1_000_000)
         ts = cls(head + _pack_tail(second, micro >> 16, micro & 0xFFFF), UTC)
         ts._nanos = nanos  # always set: reading an unset slot raises, which is slow
+        ts._ns = ns
         return ts
 
     @property
@@ -202,15 +210,20 @@ class Timestamp(_dt.datetime):
 
 
 class Timespan(_dt.timedelta):
-    """A ``timedelta`` that keeps Broker's nanosecond precision."""
+    """A ``timedelta`` that keeps Broker's nanosecond precision.
 
-    __slots__ = ("_nanos",)
+    Like :class:`Timestamp`, one built by :meth:`from_ns` remembers its
+    nanoseconds in ``_ns`` for the binary encoder.
+    """
+
+    __slots__ = ("_nanos", "_ns")
 
     @classmethod
     def from_ns(cls, ns: int) -> Timespan:
         micros, rem = divmod(ns, 1000)
         span = cls(0, 0, micros)
         span._nanos = rem  # always set: reading an unset slot raises, which is slow
+        span._ns = ns
         return span
 
     @property
