@@ -47,6 +47,7 @@ as JSON instead of a Markdown table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -82,9 +83,12 @@ def _config() -> Configuration:
 _MARKER = 0x0102030405060708
 
 
+#: The event head's ``count 1`` (format, event), made once: a publisher builds only what varies.
+_ONE = broker.Count(1)
+
+
 def _event(i: int) -> tuple:
-    one = broker.Count(1)
-    return (one, one, ("conn_seen", (broker.Count(i), "CHhAvVGS1DHFjwGM9")))
+    return (_ONE, _ONE, ("conn_seen", (broker.Count(i), "CHhAvVGS1DHFjwGM9")))
 
 
 def _preencoded(first: int, count: int) -> list[tuple[str, bytes]]:
@@ -303,14 +307,28 @@ def _sustained(progress: list[dict]) -> tuple[float, int, float]:
     return rows / elapsed, rows, elapsed
 
 
+def _receive(conn: Any, proc: Any, timeout: float = 300.0) -> Any:
+    """The next message from a Broker-side process; fails if it died or fell silent (a bare
+    ``recv`` would wait forever, holding the benchmark lock)."""
+    deadline = time.monotonic() + timeout
+    while not conn.poll(0.5):
+        if not proc.is_alive():
+            raise RuntimeError(f"the {proc.name} process exited (code {proc.exitcode})")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing from the {proc.name} process in {timeout:.0f} s")
+    return conn.recv()
+
+
 def bench_read(
     spark: Any, seconds: float, partition_data: str, rate: float | None = None, raw: bool = False
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_publisher, args=(theirs, seconds, rate, raw), daemon=True)
+    proc = ctx.Process(
+        target=_publisher, args=(theirs, seconds, rate, raw), daemon=True, name="publisher"
+    )
     proc.start()
-    port = ours.recv()
+    port = _receive(ours, proc, 60.0)
     spool = tempfile.mkdtemp(prefix="bench-spool-")
     reader = (
         spark.readStream.format("broker")
@@ -323,8 +341,8 @@ def bench_read(
     sampler = CpuSampler().__enter__()
     query = reader.load().writeStream.format("noop").trigger(processingTime=TRIGGER).start()
     try:
-        assert ours.recv() == "subscribed"
-        sent, marks = ours.recv()
+        assert _receive(ours, proc) == "subscribed"
+        sent, marks = _receive(ours, proc, seconds + 120.0)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             done = sum(p["numInputRows"] for p in query.recentProgress)
@@ -336,7 +354,8 @@ def bench_read(
         progress = list(query.recentProgress)
     finally:
         query.stop()
-        ours.send("done")
+        with contextlib.suppress(OSError):  # the publisher may be gone
+            ours.send("done")
         proc.join(10)
         sampler.__exit__()
     rate, rows, elapsed = _sustained(progress)
@@ -392,9 +411,9 @@ def bench_rate_ceiling(spark: Any, seconds: float, rows_per_batch: int) -> dict[
 def bench_write(spark: Any, rows: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_subscriber, args=(theirs, rows), daemon=True)
+    proc = ctx.Process(target=_subscriber, args=(theirs, rows), daemon=True, name="subscriber")
     proc.start()
-    port = ours.recv()
+    port = _receive(ours, proc, 60.0)
     df = spark.range(rows, numPartitions=2).selectExpr(
         "'bench/out' AS topic",
         "id AS n",
@@ -411,7 +430,7 @@ def bench_write(spark: Any, rows: int) -> dict[str, Any]:
         .save()
     )
     elapsed = time.time() - start
-    got, first, last = ours.recv()
+    got, first, last = _receive(ours, proc)
     proc.join(10)
     sampler.__exit__()
     return {

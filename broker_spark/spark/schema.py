@@ -45,7 +45,8 @@ from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.records import MAX_RECORD_SIZE
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
 from broker_spark.spark.binary_json import binary_to_json, event_to_json
-from broker_spark.spark.shape_json import assemble, json_columns
+from broker_spark.spark.shape_json import assemble, json_columns, json_columns_at
+from broker_spark.spark.strided import StridedRecords, strided_records
 
 __all__ = [
     "DEFAULT_DDL",
@@ -175,39 +176,81 @@ class RecordConverter:
 
     def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch:
         """A batch from a record stream (``Spool.read_packed``); ``count`` records if known
-        (a stream holding another number of records is malformed)."""
+        (a stream holding another number of records is malformed).
+
+        A stream of ``count`` records of one layout (the usual partition) is read
+        in place, column by column (:mod:`~broker_spark.spark.strided`); anything
+        else is unpacked into Python objects first, several times slower."""
         if not packed:
             if count:
                 raise DecodeError(f"malformed record stream: empty, expected {count} records")
             return _empty(self.schema)
         with _no_gc():
+            strided = strided_records(packed, count)
+            if strided is not None:
+                batch = self._convert_strided(strided)
+                if batch is not None:
+                    return batch
             columns = _unpack_columns(packed, count)
         return self._convert_columns(*columns)
 
     # --- work ------------------------------------------------------------------------
 
+    def _convert_strided(self, strided: StridedRecords) -> pa.RecordBatch | None:
+        """The batch of a stream of records of one layout, read in place (None: the stream
+        holds something only unpacking can tell, such as a text that is not UTF-8)."""
+        layout = strided.layout
+        topics = strided.texts(layout.topic)
+        senders = strided.texts(layout.sender)
+        received = strided.int64s(layout.received)
+        offsets = strided.int64s(layout.offset)
+        if topics is None or senders is None or received is None or offsets is None:
+            return None
+        derived: dict[str, Any] | None = None
+        small = layout.payload[1] * strided.count <= _CHUNK_BYTES  # texts stay below 2 GiB
+        if small and not self._value_fields and (self._wants_event or self._wants_data):
+            arrays = json_columns_at(
+                strided.packed,
+                layout.stride,
+                strided.count,
+                *layout.payload,
+                self._wants_event,
+            )
+            if arrays is not None:
+                derived = dict(zip(("data", "event", "args"), arrays, strict=False))
+        wanted = self._value_fields or self._wants_event or self._wants_data
+        payloads: Sequence[bytes] = strided.payloads() if derived is None and wanted else ()
+        return self._convert_columns(topics, payloads, senders, received, offsets, derived)
+
     def _convert_columns(
         self,
-        topics: Sequence[str],
+        topics: Sequence[str] | pa.Array,
         payloads: Sequence[bytes],
-        senders: Sequence[str],
-        received: Sequence[int],
-        offsets: Sequence[int],
+        senders: Sequence[str] | pa.Array,
+        received: Sequence[int] | pa.Array,
+        offsets: Sequence[int] | pa.Array,
+        derived: dict[str, Any] | None = None,
     ) -> pa.RecordBatch:
-        derived = self._derive(payloads, offsets)
-        value_arrays = self._value_arrays(derived.get("vectors"), offsets)
+        """The batch from the records' columns (Python sequences or Arrow arrays); ``derived``
+        holds the value-derived columns when they were made already."""
+        if derived is None:
+            offset_list = offsets.to_pylist() if isinstance(offsets, pa.Array) else offsets
+            derived = self._derive(payloads, offset_list)
+            value_arrays = self._value_arrays(derived.get("vectors"), offset_list)
+        else:
+            value_arrays = []
         arrays = []
         for f, role in zip(self.schema, self._roles, strict=True):
             if isinstance(role, int):
                 arrays.append(value_arrays[role])
             elif role == "topic":
-                arrays.append(pa.array(topics, f.type))
+                arrays.append(_as_array(topics, f.type))
             elif role == "sender":
-                arrays.append(pa.array(senders, f.type))
+                arrays.append(_as_array(senders, f.type))
             elif role == "offset":
-                arrays.append(pa.array(offsets, pa.int64()))
+                arrays.append(_as_array(offsets, pa.int64()))
             elif role == "received_at":
-                ns = pa.array(received, pa.timestamp("ns", tz=f.type.tz))
+                ns = _as_array(received, pa.timestamp("ns", tz=f.type.tz))
                 arrays.append(ns.cast(f.type, safe=False))
             elif isinstance(derived[role], pa.Array):
                 arr = derived[role]
@@ -447,6 +490,13 @@ def _ascii_strings(values: list[str | None]) -> pa.Array:
     return pa.StringArray.from_buffers(
         len(values), pa.py_buffer(offsets), pa.py_buffer(data.encode("ascii")), validity, nulls
     )
+
+
+def _as_array(values: Sequence[Any] | pa.Array, kind: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``kind`` (cast when they are one already)."""
+    if isinstance(values, pa.Array):
+        return values if values.type == kind else values.cast(kind)
+    return pa.array(values, kind)
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

@@ -7,12 +7,15 @@ Two payloads of the same length whose bytes agree everywhere except inside
 the fixed-size fields of their scalars (the 8 bytes of a count, the
 characters of a string, ...) have the same structure, so their JSON is one
 template with holes. This module finds such groups and fills the holes for
-all rows of a group at once, in C: the bytes of a field across the rows are
-gathered by extended-slice copies of the joined payloads, counts and integers
-become text through Arrow casts, and the rows are assembled by Arrow's
-``binary_join_element_wise``. Per row there is no Python work at all, where
-the per-payload transcoder (:mod:`~broker_spark.spark.binary_json`) costs a
-few microseconds.
+all rows of a group at once, in C: the rows are one ``fixed_size_binary``
+Arrow array (the joined payloads, or with :func:`json_columns_at` the spool's
+records themselves, payload at a fixed place), the bytes of a field across
+the rows are one ``binary_slice``, counts and integers become text through
+Arrow casts, and the rows are assembled by Arrow's ``binary_join_element_wise``.
+A hole that holds the same bytes in every row (an event's ``count 1`` head,
+its name, a constant uid) is text once, merged into the template's constants.
+Per row there is no Python work at all, where the per-payload transcoder
+(:mod:`~broker_spark.spark.binary_json`) costs a few microseconds.
 
 What it does not handle it leaves to the caller's per-row path: rows of a
 length shared by fewer than :data:`MIN_GROUP` rows, payloads whose first row
@@ -48,19 +51,37 @@ from __future__ import annotations
 import array
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.data.binary import DEFAULT_LIMITS, decode_from
 from broker_spark.data.json_codec import dumps_value
-from broker_spark.data.varbyte import read_varbyte
 from broker_spark.spark import binary_json as _bj
+from broker_spark.spark.shape_template import (
+    NOT_EVENT,
+    STRING_OPEN,
+    UNKNOWN,
+    Hole,
+    Refused,
+    Shape,
+    build_shape,
+    template_runs,
+)
+from broker_spark.spark.strided import field_bytes as _buffer
+from broker_spark.spark.strided import fixed_rows, mismatched
 
-__all__ = ["MAX_SHAPES", "MIN_GROUP", "JsonColumns", "Shape", "build_shape", "json_columns"]
+__all__ = [
+    "MAX_SHAPES",
+    "MIN_GROUP",
+    "JsonColumns",
+    "Shape",
+    "build_shape",
+    "json_columns",
+    "json_columns_at",
+]
 
 #: Rows of one payload length below this go to the per-row path (a template costs ~50 us).
 MIN_GROUP = 16
@@ -68,30 +89,11 @@ MIN_GROUP = 16
 #: Layouts tried per payload length before the remaining rows go to the per-row path.
 MAX_SHAPES = 8
 
-_MAX_DEPTH = 32
-_MAX_STRING = DEFAULT_LIMITS.max_string
-_MAX_CONTAINER = DEFAULT_LIMITS.max_container
-_MAX_ITEMS = DEFAULT_LIMITS.max_items
-
 _SAFE = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
-_STRING_OPEN = '{"@data-type":"string","data":"'
-_COUNT_OPEN = '{"@data-type":"count","data":'
-_INTEGER_OPEN = '{"@data-type":"integer","data":'
 _TIMESPAN_OPEN = '{"@data-type":"timespan","data":"'
-_VECTOR_OPEN = '{"@data-type":"vector","data":['
-_NONE = '{"@data-type":"none","data":{}}'
-_TRUE = '{"@data-type":"boolean","data":true}'
-_FALSE = '{"@data-type":"boolean","data":false}'
-_LEAF_SIZES = {6: 16, 7: 17, 8: 3, 10: 8}  # address, subnet, port, timespan: whole text
 #: Timestamps from the epoch to 2100 take the bulk path (the reference's fast range).
 _NS_BULK_LIMIT = 4_102_444_800 * 1_000_000_000
 _LITTLE = sys.byteorder == "little"
-
-NOT_EVENT, EVENT, UNKNOWN = 0, 1, 2
-
-
-class _Refused(Exception):
-    """The template builder or a hole cannot handle these rows: the per-row path can."""
 
 
 class _BadRows(Exception):
@@ -114,213 +116,19 @@ def _each(convert: Callable[[Any], str], items: list[Any]) -> pa.Array:
             convert(item)
         except Exception:
             bad.append(i)
-    raise _BadRows(bad) if bad else _Refused
-
-
-@dataclass(frozen=True)
-class Hole:
-    """Bytes ``[pos, pos + size)`` of every row, holding a value of Broker ``tag``."""
-
-    pos: int
-    size: int
-    tag: int
-
-
-@dataclass
-class Shape:
-    """One layout: the first row with its holes zeroed, and the JSON as text and holes.
-
-    ``data`` (and ``args``) alternate constant text and indices into ``holes``;
-    ``event`` says whether rows of this shape are Zeek events (``EVENT``), are
-    not (``NOT_EVENT``), or need a per-row look (``UNKNOWN``); ``name`` is the
-    hole of an event's name (None for an empty name).
-    """
-
-    length: int
-    zeroed: bytes
-    holes: list[Hole] = field(default_factory=list)
-    data: list[str | int] = field(default_factory=list)
-    event: int = NOT_EVENT
-    name: int | None = None
-    args: list[str | int] | None = None
-
-
-class _Builder:
-    """Walks one payload and records its template (recursive: depth is bounded)."""
-
-    def __init__(self, buf: bytes, fixed: frozenset[int], opaque: frozenset[int]) -> None:
-        self.buf = buf
-        self.end = len(buf)
-        self.fixed = fixed  # positions of counts kept as text (an event's head)
-        self.opaque = opaque  # positions of values kept whole as text (event metadata)
-        self.parts: list[str | Hole] = []
-        self.budget = _MAX_ITEMS
-        self.marks: dict[int, tuple[int, int]] = {}  # vector position -> (first, end) part
-
-    def text(self, s: str) -> None:
-        self.parts.append(s)
-
-    def hole(self, pos: int, size: int, tag: int) -> None:
-        if pos + size > self.end:
-            raise _Refused
-        self.parts.append(Hole(pos, size, tag))
-
-    def value(self, pos: int, depth: int) -> int:
-        buf = self.buf
-        if pos >= self.end:
-            raise _Refused
-        tag = buf[pos]
-        if pos in self.opaque:
-            return self.whole(pos)
-        if tag == 5:
-            n, start = read_varbyte(buf, pos + 1)
-            stop = start + n
-            if stop > self.end or n > _MAX_STRING:
-                raise _Refused
-            if n:
-                self.text(_STRING_OPEN)
-                self.hole(start, n, 5)
-                self.text('"}')
-            else:
-                self.text(_STRING_OPEN + '"}')
-            return stop
-        if tag == 2 or tag == 3:
-            if pos in self.fixed:
-                return self.whole(pos)
-            self.text(_COUNT_OPEN if tag == 2 else _INTEGER_OPEN)
-            self.hole(pos + 1, 8, tag)
-            self.text("}")
-            return pos + 9
-        if tag == 9 or tag == 4:  # timestamp, real: the hole's text is the whole value
-            self.hole(pos + 1, 8, tag)
-            return pos + 9
-        if tag in _LEAF_SIZES:
-            self.hole(pos + 1, _LEAF_SIZES[tag], tag)
-            return pos + 1 + _LEAF_SIZES[tag]
-        if tag == 14:
-            n, start = read_varbyte(buf, pos + 1)
-            self.budget -= n
-            if n > self.end - start or n > _MAX_CONTAINER or self.budget < 0 or depth >= _MAX_DEPTH:
-                raise _Refused
-            self.text(_VECTOR_OPEN)
-            first = len(self.parts)
-            at = start
-            for i in range(n):
-                if i:
-                    self.text(",")
-                at = self.value(at, depth + 1)
-            self.marks[pos] = (first, len(self.parts))
-            self.text("]}")
-            return at
-        if tag == 0:
-            self.text(_NONE)
-            return pos + 1
-        if tag == 1:
-            if pos + 1 >= self.end or buf[pos + 1] > 1:
-                raise _Refused
-            self.text(_TRUE if buf[pos + 1] else _FALSE)
-            return pos + 2
-        return self.whole(pos)  # enum, set, table: part of the template
-
-    def whole(self, pos: int) -> int:
-        try:
-            value, stop = decode_from(self.buf, pos)
-            self.text(dumps_value(value))
-        except Exception:
-            raise _Refused from None
-        return stop
-
-
-def _merge(parts: Sequence[str | Hole], holes: dict[Hole, int]) -> list[str | int]:
-    """Adjacent constants joined into one text; holes as their index."""
-    out: list[str | int] = []
-    for p in parts:
-        if isinstance(p, str):
-            if out and isinstance(out[-1], str):
-                out[-1] += p
-            else:
-                out.append(p)
-        else:
-            out.append(holes.setdefault(p, len(holes)))
-    return out
-
-
-def _event_layout(payload: bytes) -> tuple[int, frozenset[int], frozenset[int], int, int]:
-    """``(event kind, fixed, opaque, name position, args position)`` of a payload's layout."""
-    if not payload.startswith(_bj._EVENT_HEAD):
-        # Not the usual layout: an event only if a vector of 3 or more starting with two
-        # counts (whose values are holes): that needs a per-row look.
-        if payload[:1] != b"\x0e":
-            return NOT_EVENT, frozenset(), frozenset(), -1, -1
-        n, pos = read_varbyte(payload, 1)
-        if n >= 3 and payload[pos : pos + 1] == b"\x02" and payload[pos + 9 : pos + 10] == b"\x02":
-            return UNKNOWN, frozenset(), frozenset(), -1, -1
-        return NOT_EVENT, frozenset(), frozenset(), -1, -1
-    try:
-        fast = _bj._event_fast(payload)
-    except Exception:
-        return UNKNOWN, frozenset(), frozenset(), -1, -1
-    # The head's counts are text, so every row of the shape has this head; metadata is kept
-    # whole, so whether it is valid (a count key decides what its value must be) is too.
-    fixed = frozenset((2, 11))
-    args_pos = 24 + payload[23]
-    opaque: frozenset[int] = frozenset()
-    if payload[21] == 3:
-        opaque = frozenset((_bj._transcode(payload, args_pos, []),))
-    if fast is None:
-        return NOT_EVENT, fixed, opaque, -1, -1
-    return EVENT, fixed, opaque, 24, args_pos
-
-
-def build_shape(payload: bytes, want_event: bool = False) -> Shape | None:
-    """The template of ``payload``'s layout, or None when the per-row path must take it."""
-    try:
-        kind, fixed, opaque, name_pos, args_pos = (
-            _event_layout(payload) if want_event else (NOT_EVENT, frozenset(), frozenset(), -1, -1)
-        )
-        builder = _Builder(payload, fixed, opaque)
-        if builder.value(0, 0) != len(payload):
-            return None
-    except Exception:  # malformed, too large, too deep: the per-row path says what
-        return None
-    parts = builder.parts
-    holes: dict[Hole, int] = {}
-    shape = Shape(len(payload), b"", event=kind)
-    shape.data = _merge(parts, holes)
-    if kind == EVENT:
-        name = next((p for p in parts if isinstance(p, Hole) and p.pos == name_pos), None)
-        shape.name = None if name is None else holes[name]
-        first, end = builder.marks[args_pos]
-        shape.args = _merge(["[", *parts[first:end], "]"], holes)
-    shape.holes = sorted(holes, key=holes.__getitem__)
-    zeroed = bytearray(payload)
-    for h in shape.holes:
-        zeroed[h.pos : h.pos + h.size] = bytes(h.size)
-    shape.zeroed = bytes(zeroed)
-    return shape
+    raise _BadRows(bad) if bad else Refused
 
 
 # --- filling the holes of many rows -----------------------------------------------------------
 
 
-def _gather(buf: bytes, length: int, rows: int, pos: int, size: int) -> bytearray:
-    """Bytes ``[pos, pos + size)`` of each row of ``buf``, back to back."""
-    out = bytearray(size * rows)
-    for k in range(size):
-        out[k::size] = buf[pos + k :: length]
-    return out
-
-
-def _gather_u64(buf: bytes, length: int, rows: int, pos: int) -> bytearray:
-    """The big-endian 8-byte field at ``pos`` of each row, as native-order 64-bit words."""
-    out = bytearray(8 * rows)
-    for k in range(8):
-        out[k::8] = buf[pos + (7 - k if _LITTLE else k) :: length]
-    return out
-
-
-def _words(raw: bytearray, rows: int, kind: pa.DataType) -> pa.Array:
-    return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(raw)])
+def _words(raw: bytes, rows: int, kind: pa.DataType) -> pa.Array:
+    """Big-endian 8-byte fields, back to back, as a 64-bit Arrow array of ``kind``."""
+    words = array.array("Q")
+    words.frombytes(raw)
+    if _LITTLE:
+        words.byteswap()
+    return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(words)])
 
 
 def _chunks(raw: bytes | bytearray, size: int, head: bytes = b"") -> list[bytes]:
@@ -350,7 +158,7 @@ def _timespan_text(ns: int) -> str:
 
 def _string_inner(raw: bytes) -> str:
     """The JSON of a string's characters, between its quotes."""
-    return _bj._string(raw)[len(_STRING_OPEN) : -2]
+    return _bj._string(raw)[len(STRING_OPEN) : -2]
 
 
 def _name_text(raw: bytes) -> str:
@@ -362,41 +170,54 @@ def _name_text(raw: bytes) -> str:
 
 
 class _Rows:
-    """The joined payloads of ``count`` rows of one length, and their holes as Arrow text."""
+    """Rows whose payloads sit at ``base`` of each of ``count`` records of ``stride`` bytes
+    back to back in ``buf`` (joined payloads, or whole spool records), and their holes as
+    Arrow text. A field across all rows is one ``binary_slice``."""
 
-    def __init__(self, buf: bytes, length: int, count: int) -> None:
+    def __init__(self, buf: bytes, stride: int, count: int, base: int = 0) -> None:
         self.buf = buf
-        self.length = length
+        self.stride = stride
         self.count = count
-        self._raw: dict[Hole, bytearray] = {}
+        self.base = base
+        self.records = fixed_rows(buf, stride, count)
+        self._raw: dict[Hole, bytes] = {}
 
-    def raw(self, h: Hole) -> bytearray:
+    def field(self, h: Hole) -> pa.Array:
+        start = self.base + h.pos
+        return pc.binary_slice(self.records, start, start + h.size)
+
+    def raw(self, h: Hole) -> bytes:
+        """The bytes of hole ``h`` of every row, back to back."""
         got = self._raw.get(h)
         if got is None:
-            got = self._raw[h] = _gather(self.buf, self.length, self.count, h.pos, h.size)
+            got = self._raw[h] = _buffer(self.field(h), h.size).to_pybytes()
         return got
 
-    def strings(self, h: Hole) -> tuple[pa.Array, bool]:
-        """The characters of string hole ``h`` as a string array, and whether all are safe
-        (printable ASCII without quote or backslash: their JSON is themselves)."""
+    def constant(self, h: Hole) -> bool:
+        """Whether every row holds the same bytes in hole ``h``."""
+        if self.count < 2:
+            return False
         raw = self.raw(h)
-        offsets = array.array("i", range(0, len(raw) + 1, h.size))
-        arr = pa.Array.from_buffers(
-            pa.string(), self.count, [None, pa.py_buffer(offsets), pa.py_buffer(raw)]
-        )
-        return arr, not raw.translate(None, _SAFE)
+        return raw == raw[: h.size] * self.count
+
+    def strings(self, h: Hole) -> pa.Array | None:
+        """The characters of string hole ``h`` as a string array when all are safe
+        (printable ASCII without quote or backslash: their JSON is themselves); else None."""
+        if self.raw(h).translate(None, _SAFE):
+            return None
+        return self.field(h).cast(pa.string())
 
     def text(self, h: Hole) -> list[pa.Array | str]:
         """The JSON text of hole ``h`` in every row, as pieces to join."""
         rows, tag = self.count, h.tag
         if tag == 5:
-            arr, safe = self.strings(h)
-            if safe:
+            arr = self.strings(h)
+            if arr is not None:
                 return [arr]
             return [_each(_string_inner, _chunks(self.raw(h), h.size))]
         if tag == 6 or tag == 7 or tag == 8:
             return [_each(_leaf_text, _chunks(self.raw(h), h.size, bytes((tag,))))]
-        words = _gather_u64(self.buf, self.length, rows, h.pos)
+        words = self.raw(h)
         if tag == 2:
             return [_words(words, rows, pa.uint64()).cast(pa.string())]
         if tag == 4:
@@ -429,13 +250,23 @@ def _timestamps(ns: pa.Array) -> list[pa.Array | str]:
 def _join(template: list[str | int], holes: list[list[pa.Array | str]], rows: int) -> pa.Array:
     pieces: list[pa.Array | str] = []
     for p in template:
-        if isinstance(p, str):
-            pieces.append(p)
-        else:
-            pieces.extend(holes[p])
-    if not any(isinstance(p, pa.Array) for p in pieces):
-        return pa.array(["".join(pieces)] * rows, pa.string())  # type: ignore[arg-type]
+        for piece in (p,) if isinstance(p, str) else holes[p]:
+            if isinstance(piece, str) and pieces and isinstance(pieces[-1], str):
+                pieces[-1] += piece
+            else:
+                pieces.append(piece)
+    if len(pieces) == 1 and isinstance(pieces[0], str):
+        return pa.array([pieces[0]] * rows, pa.string())
     return pc.binary_join_element_wise(*pieces, "")
+
+
+def _constant_text(rows: _Rows, h: Hole) -> list[pa.Array | str]:
+    """The text of a hole every row holds the same bytes in: the first row's, once."""
+    try:
+        pieces = _Rows(rows.buf[: rows.stride], rows.stride, 1, rows.base).text(h)
+    except _BadRows:
+        raise _BadRows(list(range(rows.count))) from None
+    return ["".join(p if isinstance(p, str) else p[0].as_py() for p in pieces)]
 
 
 def _fill(shape: Shape, rows: _Rows, want_event: bool) -> tuple[pa.Array, ...]:
@@ -444,11 +275,11 @@ def _fill(shape: Shape, rows: _Rows, want_event: bool) -> tuple[pa.Array, ...]:
     bad: set[int] = set()
     for h in shape.holes:
         try:
-            texts.append(rows.text(h))
+            texts.append(_constant_text(rows, h) if rows.constant(h) else rows.text(h))
         except _BadRows as exc:
             bad.update(exc.rows)
         except Exception:
-            raise _Refused from None
+            raise Refused from None
     if bad:
         raise _BadRows(sorted(bad))
     data = _join(shape.data, texts, rows.count)
@@ -462,8 +293,8 @@ def _fill(shape: Shape, rows: _Rows, want_event: bool) -> tuple[pa.Array, ...]:
         names = pa.array([""] * rows.count, pa.string())
     else:
         hole = shape.holes[shape.name]
-        names, safe = rows.strings(hole)
-        if not safe:
+        names = rows.strings(hole)
+        if names is None:
             raw = bytes(rows.raw(hole))
             size = hole.size
             names = pa.array(
@@ -484,17 +315,25 @@ class JsonColumns:
 
 
 def _by_length(payloads: Sequence[bytes]) -> dict[int, list[int]] | None:
-    """Row indices by payload length; None when all rows have one length."""
-    lengths = list(map(len, payloads))
-    if min(lengths) == max(lengths):
+    """Row indices (ascending) by payload length; None when all rows have one length.
+
+    Grouped by Arrow (a stable sort of the lengths, then runs), not by a dict
+    append per row: the groups are runs of the sorted order.
+    """
+    lengths = pa.array(list(map(len, payloads)), pa.int64())
+    lo, hi = pc.min_max(lengths).values()
+    if lo == hi:
         return None
+    order = pc.sort_indices(lengths)  # stable: indices ascend within a length
+    runs = pc.value_counts(lengths.take(order))
+    flat = order.to_pylist()
     groups: dict[int, list[int]] = {}
-    for i, n in enumerate(lengths):
-        group = groups.get(n)
-        if group is None:
-            groups[n] = [i]
-        else:
-            group.append(i)
+    at = 0
+    for length, count in zip(
+        runs.field("values").to_pylist(), runs.field("counts").to_pylist(), strict=True
+    ):
+        groups[length] = flat[at : at + count]
+        at += count
     return groups
 
 
@@ -517,19 +356,32 @@ def json_columns(payloads: Sequence[bytes], want_event: bool = False) -> JsonCol
     return out
 
 
-def _match(shape: Shape, rows: list[bytes], length: int) -> tuple[list[int] | None, list[int]]:
-    """Which rows have ``shape`` (None: all of them), and which do not."""
-    count = len(rows)
-    zeroed = bytearray(b"".join(rows))
-    for h in shape.holes:
-        blank = bytes(count)
-        for k in range(h.pos, h.pos + h.size):
-            zeroed[k::length] = blank
-    z = shape.zeroed
-    if zeroed == z * count:
+def _match(shape: Shape, rows: bytes, count: int) -> tuple[list[int] | None, list[int]]:
+    """Which of ``count`` joined ``rows`` have ``shape`` (None: all of them), and which do not."""
+    bad = mismatched(rows, shape.length, count, template_runs(shape))
+    if bad is None:
         return None, []
-    flags = [zeroed[i : i + length] == z for i in range(0, len(zeroed), length)]
-    return [i for i, f in enumerate(flags) if f], [i for i, f in enumerate(flags) if not f]
+    return pc.indices_nonzero(pc.invert(bad)).to_pylist(), pc.indices_nonzero(bad).to_pylist()
+
+
+def json_columns_at(
+    buf: bytes, stride: int, count: int, base: int, length: int, want_event: bool = False
+) -> tuple[pa.Array, ...] | None:
+    """``(data,)`` or ``(data, event, args)`` of ``count`` records of ``stride`` bytes in
+    ``buf`` when the payload at ``[base, base + length)`` of every one has the first one's
+    shape; None when not (or a row's field is one the per-row path must report): the
+    caller then takes the payloads one by one."""
+    if not count:
+        return None
+    shape = build_shape(buf[base : base + length], want_event)
+    if shape is None or (want_event and shape.event == UNKNOWN):
+        return None
+    if mismatched(buf, stride, count, template_runs(shape, base)) is not None:
+        return None
+    try:
+        return _fill(shape, _Rows(buf, stride, count, base), want_event)
+    except (_BadRows, Refused):
+        return None
 
 
 def _shapes(
@@ -544,22 +396,23 @@ def _shapes(
         shape = build_shape(rows[0], want_event)
         if shape is None or (want_event and shape.event == UNKNOWN):
             break
-        matched, others = _match(shape, rows, length)
-        picked = rows if matched is None else [rows[i] for i in matched]
+        joined = b"".join(rows)
+        matched, others = _match(shape, joined, len(rows))
+        picked = joined if matched is None else b"".join([rows[i] for i in matched])
         try:
-            arrays = _fill(shape, _Rows(b"".join(picked), length, len(picked)), want_event)
+            arrays = _fill(shape, _Rows(picked, length, len(picked) // length), want_event)
         except _BadRows as exc:  # fields the reference rejects: the per-row path reports them
             chosen = range(len(rows)) if matched is None else matched
             bad = set(exc.rows)
             out.rest.extend(at[chosen[i]] for i in exc.rows)
             matched = [r for i, r in enumerate(chosen) if i not in bad]
-            picked = [rows[i] for i in matched]
+            picked = b"".join([rows[i] for i in matched])
             try:
-                arrays = _fill(shape, _Rows(b"".join(picked), length, len(picked)), want_event)
-            except (_BadRows, _Refused):
+                arrays = _fill(shape, _Rows(picked, length, len(matched)), want_event)
+            except (_BadRows, Refused):
                 out.rest.extend(at[i] for i in matched)
                 arrays = ()
-        except _Refused:
+        except Refused:
             break
         if matched is None and whole:
             out.groups.append((None, arrays))

@@ -33,7 +33,8 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -47,6 +48,7 @@ from broker_spark.spark.segment import (
     SpoolError,
     fsync_dir,
 )
+from broker_spark.spark.strided import strided_records
 
 try:
     import fcntl
@@ -234,17 +236,17 @@ class Spool:
         active = self._segments[-1]
         size, since, nxt = active.size, active.since, self._end
         step, limit = self.index_interval, self.segment_bytes
-        plain = _plain_records(batch)
+        chunk = _chunker(batch, nxt)
         plan: list[_Part] = []
         part = _Part(roll=False)
         i, n = 0, len(batch)
         while i < n:
             due = since >= step or size == 0
             take = min(n - i, step if due else step - since)
-            data = _pack_chunk(batch, i, take, nxt, plain)
+            data = chunk(i, take)
             while size + len(data) > limit and take > 1:  # near the end of a segment: fewer
                 take = max(1, min(take - 1, take * (limit - size) // len(data)))
-                data = _pack_chunk(batch, i, take, nxt, plain)
+                data = chunk(i, take)
             if size > 0 and size + len(data) > limit:
                 if part.count:
                     plan.append(part)
@@ -430,23 +432,63 @@ def _plain_records(batch: Sequence[Sequence[Any]]) -> bool:
     """Whether every record is a ``(str, bytes, str, int)`` tuple of exactly those types
     (checked a column at a time, in C): such records pack in bulk."""
     try:
-        columns = list(zip(*batch, strict=True))
-    except (TypeError, ValueError):
+        if set(map(len, batch)) != {4}:
+            return False
+        return all(
+            set(map(type, map(itemgetter(k), batch))) == kind for k, kind in enumerate(_FIELD_TYPES)
+        )
+    except Exception:  # not sequences, or too short: not plain
         return False
-    return len(columns) == 4 and all(
-        set(map(type, column)) == kind for column, kind in zip(columns, _FIELD_TYPES, strict=True)
-    )
 
 
-def _pack_chunk(
-    batch: Sequence[Sequence[Any]], i: int, take: int, first: int, plain: bool = False
-) -> bytes:
-    """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``.
+def _chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], Any]:
+    """``chunk(i, take)``: records ``batch[i:i+take]`` as a record stream, offsets from ``first``.
 
-    ``plain`` records (see :func:`_plain_records`) are packed as one msgpack
-    array, whose header is then cut off: the same bytes as ``pack_records``
-    (records packed back to back), in one C call instead of one per record.
+    The records are numbered once. The usual batch (one peer, one topic,
+    events of one layout) packs into records of one length: then it is packed
+    in one C call, and checking the packed headers of every record (one
+    extended slice per header byte, see :mod:`~broker_spark.spark.strided`)
+    proves each is ``[str, bin, str, uint, uint]``, so the checks of the
+    careful path hold and a chunk is a slice of that packing. Otherwise chunks
+    are packed one at a time, in bulk when :func:`_plain_records` says the
+    types allow, else by ``pack_records``, which names a bad record.
     """
+    try:
+        rows = [
+            (topic, payload, sender, received_at, offset)
+            for offset, (topic, payload, sender, received_at) in zip(itertools.count(first), batch)
+        ]
+    except (TypeError, ValueError):
+        return lambda i, take: _pack_chunk(batch, i, take, first + i)  # raises EncodeError
+    if _one_length(batch):
+        try:
+            packed = _packb(rows)[_array_header_size(len(rows)) :]
+        except Exception:  # not packable: the careful path says which record
+            packed = b""
+        found = strided_records(packed, len(rows))
+        if found is not None:
+            view, stride = memoryview(packed), found.layout.stride
+            return lambda i, take: view[i * stride : (i + take) * stride]
+    plain = _plain_records(batch)
+    return lambda i, take: _pack_rows(rows[i : i + take], plain)
+
+
+def _one_length(batch: Sequence[Sequence[Any]]) -> bool:
+    """Whether the payloads of the first, middle and last records have one length (a
+    cheap guess that all records pack to one length, which :func:`_chunker` then checks)."""
+    try:
+        return len({len(batch[k][1]) for k in (0, len(batch) // 2, -1)}) == 1
+    except Exception:
+        return False
+
+
+def _array_header_size(n: int) -> int:
+    """The size of the msgpack array header of ``n`` items."""
+    return 1 if n < 16 else 3 if n < 65536 else 5
+
+
+def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -> bytes:
+    """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``."""
     try:
         rows = [
             (topic, payload, sender, received_at, offset)
@@ -459,13 +501,20 @@ def _pack_chunk(
             f"records {i} to {i + take - 1} of the batch are not all "
             "(topic, payload, sender, received_at_ns) tuples"
         ) from None
+    return _pack_rows(rows, False)  # a later chunk holds the bad record: check every one
+
+
+def _pack_rows(rows: list[tuple[Any, ...]], plain: bool) -> bytes:
+    """Numbered records as a record stream. ``plain`` records (see :func:`_plain_records`)
+    are packed as one msgpack array, whose header is then cut off: the same bytes as
+    ``pack_records`` (records packed back to back), in one C call instead of one per record."""
     if plain:
         try:
             packed = _packb(rows)
         except (ValueError, OverflowError):
             pass  # e.g. a time beyond 64 bits: pack_records names the record
         else:
-            return packed[1 if take < 16 else 3 if take < 65536 else 5 :]
+            return packed[_array_header_size(len(rows)) :]
     return pack_records(rows)
 
 
