@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 import random
 from collections.abc import Callable
@@ -612,22 +611,3 @@ def test_fuzzed_input_never_raises(role: str, own_id: bytes, inputs: list[bytes]
     assert hs.failed == (hs.error_code is not None)
     if hs.done:
         assert hs.peer_id is not None and hs.version in (1, 2) and hs.peer_filter is not None
-
-
-# -- sans I/O ---------------------------------------------------------------------------
-
-
-def test_protocol_modules_do_no_io() -> None:
-    forbidden = {"asyncio", "socket", "ssl", "time", "threading", "selectors"}
-    root = Path(__file__).resolve().parent.parent / "broker_spark" / "protocol"
-    for name in ("framing.py", "messages.py", "handshake.py"):
-        tree = ast.parse((root / name).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                mods = [node.module or ""]
-            else:
-                continue
-            for mod in mods:
-                assert mod.split(".")[0] not in forbidden, (name, mod)

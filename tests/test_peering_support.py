@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -115,3 +116,56 @@ def routes_to(ep: broker.Endpoint, other: broker.Endpoint, topic: str) -> bool:
     target = other._core.node_id
     router = peering(ep).fabric.router
     return ep._loop.run_sync(lambda: target in router.subscribers(topic))
+
+
+@contextmanager
+def serving(*, ssl: bool = False) -> Iterator[tuple[Any, ...]]:
+    """Endpoint A (short handshake timeout) with a healthy peer B publishing to it.
+
+    Yields ``(a, b, port, sub, errors)``; on exit checks that the healthy
+    peering survived whatever the test threw at A, with nothing accepted lost.
+    """
+    a = make_endpoint(ssl=ssl)
+    b = make_endpoint(ssl=ssl)
+    tcp = a._tcp()
+    tcp.handshake_timeout = 0.5
+    port = a.listen(LOCAL, 0)
+    assert b.peer(LOCAL, port, 0)
+    sub = a.make_subscriber("/healthy", qsize=100)
+    errors = a.make_status_subscriber(False)
+    assert wants(b, "/healthy")
+    b.publish("/healthy", "before")
+    try:
+        yield a, b, port, sub, errors
+        b.publish("/healthy", "after")
+        assert sub.get(2, 5.0) == [("/healthy", "before"), ("/healthy", "after")]
+        assert len(a._core.links) == 1
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def raw(port: int) -> socket.socket:
+    """A plain client socket to ``port`` (5 s timeout)."""
+    sock = socket.create_connection((LOCAL, port))
+    sock.settimeout(5.0)
+    return sock
+
+
+def error_of(errors: Any) -> broker.Error:
+    """The next item of an errors-only status subscriber, which must be an Error."""
+    err = errors.get(5.0)
+    assert isinstance(err, broker.Error), err
+    return err
+
+
+def drained_to_eof(sock: socket.socket) -> bool:
+    """Read until the peer closes (an error counts as closed too); a timeout fails."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        pass
+    return True

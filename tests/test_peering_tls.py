@@ -1,15 +1,19 @@
-"""Peering over TLS: anonymous by default, mutual TLS with a CA, and the failures."""
+"""Peering over TLS: anonymous by default, mutual TLS with a CA, the self-signed fallback,
+and the failures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from test_peering_support import LOCAL, make_endpoint, next_matching, wants
 
 import broker_spark as broker
 from broker_spark import EC
 from broker_spark.certs import make_ca, make_node_cert, write_pem
+from broker_spark.core import tls
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -173,3 +177,35 @@ def test_certificate_files_must_exist(tmp_path: Path) -> None:
         assert st.get(5.0).code() == EC.CannotOpenFile
     finally:
         a.shutdown()
+
+
+@pytest.mark.parametrize("dialer_fallback", [True, False], ids=["both-fallback", "listener-only"])
+def test_self_signed_fallback_without_anonymous_ecdh(
+    monkeypatch: pytest.MonkeyPatch, dialer_fallback: bool
+) -> None:
+    """Fault injection: the availability check is patched to say this OpenSSL lacks
+    anonymous ECDH, so the endpoints made under the patch take the fallback: the
+    accepting side serves a fresh self-signed certificate nobody verifies."""
+    with monkeypatch.context() as patch:
+        patch.setattr(tls, "anonymous_ecdh_available", lambda: False)
+        b = make_endpoint(ssl=True)
+        a = make_endpoint(ssl=True) if dialer_fallback else None
+    a = a or make_endpoint(ssl=True)  # made after the patch: the normal anonymous ECDH client
+    try:
+        assert b._tcp().tls.anonymous_ecdh is False and not b._tcp().tls.authenticated
+        assert a._tcp().tls.anonymous_ecdh is (not dialer_fallback)
+        exchange(a, b)
+        ssl_obj = next(iter(a._core.links.values())).conn.transport.get_extra_info("ssl_object")
+        cipher, version, _ = ssl_obj.cipher()
+        # A certificate-based suite (ECDHE key exchange), not Broker's AECDH-AES256-SHA.
+        assert cipher.startswith("ECDHE-") and "AECDH" not in cipher, cipher
+        assert version == "TLSv1.2"
+        assert ssl_obj.getpeercert() in (None, {})  # not verified...
+        cert = x509.load_der_x509_certificate(ssl_obj.getpeercert(binary_form=True))
+        # ...and self-signed, made for this endpoint.
+        assert cert.subject == cert.issuer
+        cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+        assert cn == "broker-spark anonymous"
+    finally:
+        a.shutdown()
+        b.shutdown()

@@ -14,7 +14,17 @@ from collections import deque
 from pathlib import Path
 
 import pytest
-from test_peering_support import LOCAL, make_endpoint, next_matching, wait_for, wants
+from test_peering_support import (
+    LOCAL,
+    drained_to_eof,
+    error_of,
+    make_endpoint,
+    next_matching,
+    raw,
+    serving,
+    wait_for,
+    wants,
+)
 
 import broker_spark as broker
 from broker_spark import EC, SC
@@ -95,13 +105,16 @@ class ZeekPeer:
         except OSError:
             return True
 
-    def handshake(self, own: bytes, role: str, prefixes: tuple[str, ...]) -> None:
-        """Run the v1 handshake against endpoint id ``own``; ``role`` is ours (the raw side)."""
+    def handshake(self, own: bytes, role: str, prefixes: tuple[str, ...], version: int = 1) -> None:
+        """Run the handshake against endpoint id ``own``; ``role`` is ours (the raw side).
+
+        ``version`` 1 is a Zeek (it offers 1 to 1); 2 is a broker-spark peer (1 to 2).
+        """
         if role == "connector":
             if self.id == RECORDED_ID:
                 self.sock.sendall(encode_frame(RECORDED[0]))  # the recorded hello, verbatim
             else:
-                self.send(encode_handshake(Hello(self.id, 1, 1)))
+                self.send(encode_handshake(Hello(self.id, 1, version)))
             assert self.recv_handshake() == Probe()  # the acceptor probes first
         else:
             first = self.recv_handshake()
@@ -110,7 +123,7 @@ class ZeekPeer:
         if self.id < own:  # we are the originator
             if role == "connector":
                 assert self.recv_handshake() == Hello(own, 1, 2)
-            self.send(encode_handshake(VersionSelect(self.id, 1)))
+            self.send(encode_handshake(VersionSelect(self.id, version)))
             self.send(encode_handshake(OriginatorSyn(prefixes)))
             ack = self.recv_handshake()
             assert isinstance(ack, ResponderSynAck)
@@ -118,8 +131,8 @@ class ZeekPeer:
             self.peer_filter = ack.filter
         else:
             if role == "acceptor":
-                self.send(encode_handshake(Hello(self.id, 1, 1)))
-            assert self.recv_handshake() == VersionSelect(own, 1)
+                self.send(encode_handshake(Hello(self.id, 1, version)))
+            assert self.recv_handshake() == VersionSelect(own, version)
             syn = self.recv_handshake()
             assert isinstance(syn, OriginatorSyn)
             self.send(encode_handshake(ResponderSynAck(prefixes)))
@@ -243,46 +256,8 @@ def test_goodbye_closes_after_timeout_without_pong() -> None:
 @pytest.fixture
 def served():
     """Endpoint A (plain, short timeouts) with a healthy peer B publishing to it."""
-    a = make_endpoint()
-    b = make_endpoint()
-    tcp = a._tcp()
-    tcp.handshake_timeout = 0.5
-    port = a.listen(LOCAL, 0)
-    assert b.peer(LOCAL, port, 0)
-    sub = a.make_subscriber("/healthy", qsize=100)
-    errors = a.make_status_subscriber(False)
-    assert wants(b, "/healthy")
-    b.publish("/healthy", "before")
-    try:
-        yield a, b, port, sub, errors
-        # The healthy peering survived, and nothing accepted was lost.
-        b.publish("/healthy", "after")
-        assert sub.get(2, 5.0) == [("/healthy", "before"), ("/healthy", "after")]
-        assert len(a._core.links) == 1
-    finally:
-        a.shutdown()
-        b.shutdown()
-
-
-def raw(port: int) -> socket.socket:
-    sock = socket.create_connection((LOCAL, port))
-    sock.settimeout(5.0)
-    return sock
-
-
-def error_of(errors) -> broker.Error:
-    err = errors.get(5.0)
-    assert isinstance(err, broker.Error), err
-    return err
-
-
-def drained_to_eof(sock: socket.socket) -> bool:
-    try:
-        while sock.recv(65536):
-            pass
-    except OSError:
-        pass
-    return True
+    with serving(ssl=False) as ctx:
+        yield ctx
 
 
 def test_garbage_is_refused(served) -> None:
@@ -340,6 +315,20 @@ def test_truncated_frame_is_reported(served) -> None:
     err = error_of(errors)
     assert err.code() == EC.PeerDisconnectDuringHandshake
     assert "middle of a frame" in err.message()
+
+
+def test_truncated_frame_after_the_handshake_is_reported(served) -> None:
+    a, b, port, sub, errors = served
+    status = a.make_status_subscriber(True)
+    with raw(port) as sock:
+        zeek = ZeekPeer(sock, HIGH_ID)
+        zeek.handshake(a._core.node_id, "connector", ())
+        assert next_matching(status, lambda s: s.code() == SC.PeerAdded) is not None
+        sock.sendall(struct.pack(">I", 100) + b"\x06" * 10)  # 90 bytes short, then gone
+    err = error_of(errors)
+    assert err.code() == EC.InvalidMessage
+    assert "middle of a frame (14 bytes pending)" in err.message()
+    assert next_matching(status, lambda s: s.code() == SC.PeerLost) is not None
 
 
 def test_stalled_handshake_times_out(served) -> None:

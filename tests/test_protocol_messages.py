@@ -52,6 +52,13 @@ from broker_spark.protocol.messages import (
     read_filter,
     with_sender_and_ttl,
 )
+from broker_spark.store.commands import (
+    EntityId,
+    InternalCommand,
+    PutCommand,
+    decode_command,
+    encode_command,
+)
 
 A = bytes.fromhex("0d42ef1b361d5ba4a475f534b4b13844")
 B = bytes.fromhex("9679fa7af4b356fa9f995d32671b20c5")
@@ -84,6 +91,11 @@ DOC_EXAMPLES = {
     "2f746573742f70697065 050c63617074757265642d6d7367",
     "routing_update": "3169cf5839ef5d9cb880c909a280dce4 da5de73efaa650a7ac2a16fb92f55afd 03 0010 "
     "0003 3c243e 02 062f7265706c79 116b762f3c243e2f646174612f636c6f6e65",
+    "command": "3169cf5839ef5d9cb880c909a280dce4 00000000000000000000000000000000 02 0010 0012 "
+    "6b762f3c243e2f646174612f6d6173746572 0000000000000002 "
+    "3169cf5839ef5d9cb880c909a280dce40000000000000008 "
+    "da5de73efaa650a7ac2a16fb92f55afd0000000000000006 00 050161 030000000000000001 00 "
+    "3169cf5839ef5d9cb880c909a280dce40000000000000008",
     "bye_token": "425945 0100000000000010",
     "ping": "9679fa7af4b356fa9f995d32671b20c5 0d42ef1b361d5ba4a475f534b4b13844 04 0010 0003 "
     "3c243e 4259450100000000000010",
@@ -154,6 +166,26 @@ def test_doc_envelope_examples() -> None:
     update = h(DOC_EXAMPLES["routing_update"])
     assert encode_routing_update(C, D, ["/reply", "kv/<$>/data/clone"]) == update
     assert decode_filter(decode_node_message(update).payload) == ("/reply", "kv/<$>/data/clone")
+
+    command = h(DOC_EXAMPLES["command"])
+    put = InternalCommand(
+        2, EntityId(C, 8), EntityId(D, 6), PutCommand("a", 1, None, EntityId(C, 8))
+    )
+    assert (
+        encode_node_message(
+            C, BROADCAST, MSG_COMMAND, 16, "kv/<$>/data/master", encode_command(put)
+        )
+        == command
+    )
+    cmd = decode_node_message(command)
+    assert (cmd.sender, cmd.receiver, cmd.msg_type, cmd.ttl, cmd.topic) == (
+        C,
+        BROADCAST,
+        MSG_COMMAND,
+        16,
+        "kv/<$>/data/master",
+    )
+    assert decode_command(cmd.payload) == put
 
     token = h(DOC_EXAMPLES["bye_token"])
     assert bye_token(BYE_ID) == token and is_bye_token(token)
@@ -581,6 +613,7 @@ def test_recorded_goodbye_and_routing_update_rebuilt_from_fields() -> None:
     s2c = recorded_frames("broker-v1-types-and-store.s2c.bin")
     assert c2s[-1] == encode_ping(C, D, token)
     assert s2c[-1] == encode_pong_for(decode_node_message(c2s[-1]), D)
+    assert c2s[9] == h(DOC_EXAMPLES["command"])  # the doc's command example, as recorded
     update = decode_node_message(c2s[5])
     assert decode_filter(update.payload) == ("/reply", CLONE)
     assert c2s[5] == encode_routing_update(C, D, ["/reply", CLONE])

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 from broker_spark.errors import ProtocolError
@@ -254,20 +251,3 @@ def test_subscriber_cache_is_bounded() -> None:
     for i in range(20):
         assert r.subscribers(f"/t/{i}") == frozenset()
     assert len(r._topic_cache) <= 4
-
-
-# -- sans-I/O -------------------------------------------------------------------
-
-FORBIDDEN = {"asyncio", "socket", "ssl", "time", "threading"}
-
-
-@pytest.mark.parametrize("module", ["routing", "multipath", "v2_messages", "simnet"])
-def test_protocol_modules_do_no_io(module: str) -> None:
-    src = Path(__file__).resolve().parent.parent / "broker_spark" / "protocol" / f"{module}.py"
-    imported = set()
-    for node in ast.walk(ast.parse(src.read_text())):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert not imported & FORBIDDEN

@@ -40,6 +40,25 @@ def _bind(address: str, port: int) -> socket.socket:
     return sock
 
 
+def _classify_tls_failure(exc: BaseException, network: NetworkInfo, limit: float) -> tuple[EC, str]:
+    """An EC code and a message for a TLS handshake of an accepted socket that failed.
+
+    asyncio ends a TLS handshake that misses ``ssl_handshake_timeout`` with a
+    ``ConnectionAbortedError`` (it raises that for nothing else here): a peer
+    that stalls is a timeout, not a TLS settings mismatch.
+    """
+    if isinstance(exc, (ConnectionAbortedError, TimeoutError)):
+        return EC.PeerTimeout, (
+            f"{network!r}: TLS handshake not done within the handshake timeout ({limit:g} s)"
+        )
+    reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
+    code = EC.PeerInvalid if "certificate" in str(reason).lower() else EC.PeerIncompatible
+    return code, (
+        f"{network!r}: TLS handshake failed: {reason} "
+        "(do both endpoints use the same TLS settings?)"
+    )
+
+
 class Listener:
     """One listening socket, accepting peers on the endpoint's loop."""
 
@@ -90,12 +109,7 @@ class Listener:
             raise
         except Exception as exc:
             sock.close()
-            reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
-            peering.report(
-                EC.PeerInvalid if "certificate" in str(reason).lower() else EC.PeerIncompatible,
-                f"{network!r}: TLS handshake failed: {reason} "
-                "(do both endpoints use the same TLS settings?)",
-            )
+            peering.report(*_classify_tls_failure(exc, network, peering.handshake_timeout))
 
     # -- telling TLS from plain ---------------------------------------------------------
 

@@ -12,7 +12,10 @@ Filters: in version 1 a peer only forwards what its neighbours' filters ask
 for, so an endpoint advertises to each neighbour its own filter plus, when
 forwarding is on, the filters of all its *other* neighbours. That is what lets
 a middle endpoint that subscribes to nothing forward a chain's traffic.
-Version 2 links learn filters through subscription flooding instead.
+Version 2 links learn filters through subscription flooding instead, so over
+version 2 ``peer()`` also waits for the neighbour's first subscription: at
+most ``routes_timeout`` seconds, and a link that closes before it fails the
+attempt, so ``peer()`` can never hang on a neighbour that is gone or silent.
 
 Redundant connections: when two endpoints dial each other at once, the
 handshake's originator (the smaller id) keeps whichever connection reaches it
@@ -72,6 +75,7 @@ class Target:
         "conn",
         "task",
         "timer",
+        "routes_timer",
         "waiters",
         "failures",
         "unpeered",
@@ -85,6 +89,8 @@ class Target:
         self.conn: PeerConnection | None = None
         self.task: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
+        #: Bounds the wait for a version 2 neighbour's first subscription.
+        self.routes_timer: asyncio.TimerHandle | None = None
         self.waiters: list[asyncio.Future[bool]] = []
         self.failures = 0
         self.unpeered = False
@@ -119,6 +125,9 @@ class Peering:
     ping_interval = 5.0
     #: Declare a peer lost after this many seconds without any data from it.
     liveness_timeout = 20.0
+    #: Seconds ``peer()`` waits, after a version 2 handshake, for the neighbour's first
+    #: subscription before it returns True anyway (the link is up; see link_added).
+    routes_timeout = 5.0
     #: Seconds to wait for the pong of our goodbye ping before closing anyway.
     bye_timeout = 3.0
     #: Seconds a peer may leave its full send buffer unread before the overflow policy applies.
@@ -349,15 +358,51 @@ class Peering:
                 if ready:
                     target.resolve(True)
                 else:
-                    self.awaiting_routes.add(target)
+                    self._await_routes(target)
         self.refresh_filters()
+
+    def _await_routes(self, target: Target) -> None:
+        """Hold ``target``'s ``peer()`` calls until its neighbour's routes arrive, for a while.
+
+        The wait is bounded (``routes_timeout``) because a neighbour that never
+        floods its subscription would otherwise keep ``peer()`` blocked until
+        shutdown. **Choice**: when the time is up ``peer()`` returns True: the
+        handshake succeeded and the link is up, and publications reach the
+        neighbour once its subscription arrives, as with any peer that has not
+        subscribed yet. A link that closes first fails the wait (link_closed).
+        """
+        self.awaiting_routes.add(target)
+        if target.routes_timer is not None:
+            target.routes_timer.cancel()
+
+        def give_up() -> None:
+            target.routes_timer = None
+            if target in self.awaiting_routes:
+                self.awaiting_routes.discard(target)
+                target.resolve(True)
+
+        target.routes_timer = self.loop.call_later(self.routes_timeout, give_up)
+
+    def _stop_awaiting_routes(self, target: Target) -> bool:
+        """Forget ``target``'s wait for routes; True if it was waiting."""
+        if target.routes_timer is not None:
+            target.routes_timer.cancel()
+            target.routes_timer = None
+        if target in self.awaiting_routes:
+            self.awaiting_routes.discard(target)
+            return True
+        return False
+
+    def _awaiting_for(self, link: TcpLink) -> list[Target]:
+        """The targets whose ``peer()`` waits for the routes of ``link``'s peer."""
+        return [t for t in self.awaiting_routes if t.peer_id == link.peer_id]
 
     def routes_learned(self) -> None:
         """Resolve ``peer()`` calls whose version 2 neighbour's subscription has arrived."""
         router = self.fabric.router
         for target in list(self.awaiting_routes):
             if target.peer_id is not None and router.timestamp_of(target.peer_id) is not None:
-                self.awaiting_routes.discard(target)
+                self._stop_awaiting_routes(target)
                 target.resolve(True)
 
     def link_lost(self, link: TcpLink, reason: SC) -> None:
@@ -369,7 +414,19 @@ class Peering:
         """Called once by every closing link, whoever closed it."""
         self.fabric.remove_link(link)
         self.release_claim(link.conn)
-        for target in self.targets.values():
+        for target in self._awaiting_for(link):
+            # The link died before its routes came: that peer() failed (a redial
+            # follows when retry > 0, as after any failed attempt).
+            self._stop_awaiting_routes(target)
+            if not self.closed and not target.unpeered:
+                self.attempt_failed(
+                    target,
+                    EC.PeerDisconnectDuringHandshake,
+                    f"{link.network!r}: the connection closed before the peer sent its "
+                    "subscriptions (right after the handshake)",
+                    link.peer_id,
+                )
+        for target in list(self.targets.values()):
             if target.peer_id == link.peer_id:
                 if target.conn is link.conn:
                     target.conn = None
@@ -382,6 +439,14 @@ class Peering:
         target = conn.target
         if target is not None and conn.link is None:
             self.attempt_failed(target, code, f"{conn.network!r}: {message}", peer_id)
+            return
+        waiting = self._awaiting_for(conn.link) if conn.link is not None else []
+        if waiting:
+            # peer() still waits for this link's routes: the attempt failed after
+            # all, reported once here (link_closed then finds nothing to fail).
+            for target in waiting:
+                self._stop_awaiting_routes(target)
+                self.attempt_failed(target, code, f"{conn.network!r}: {message}", peer_id)
             return
         node = self.core.id_to_str(peer_id) if peer_id else ""
         self.core.emit(
@@ -444,6 +509,7 @@ class Peering:
             found = True
             target.unpeered = True
             target.cancel_timer()
+            self._stop_awaiting_routes(target)
             if target.task is not None:
                 target.task.cancel()
             if target.conn is not None and target.conn.link is None:
@@ -500,6 +566,8 @@ class Peering:
         for listener in self.listeners:
             listener.close()
         self.listeners.clear()
+        for target in list(self.awaiting_routes):
+            self._stop_awaiting_routes(target)
         for target in self.targets.values():
             target.cancel_timer()
             target.resolve(False)
