@@ -75,8 +75,8 @@ def test_unmappable_schema_fails_the_query_at_start(spark: Any, schema: str, mes
     _fails_at_start(df, message)
 
 
-def _write(df: Any, **options: str) -> None:
-    writer = df.write.format("broker").mode("append")
+def _write(df: Any, mode: str = "append", **options: str) -> None:
+    writer = df.write.format("broker").mode(mode)
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
@@ -92,6 +92,10 @@ def test_writer_errors(spark: Any) -> None:
         _write(rows, topic="t", listen="127.0.0.1:9", peer="127.0.0.1:9")
     with pytest.raises(Exception, match=r"option websocket='http://x': expected a ws://"):
         _write(rows, topic="t", websocket="http://x")
+    with pytest.raises(
+        Exception, match=r"option mode='overwrite': published messages cannot be replaced"
+    ):
+        _write(rows, "overwrite", topic="t", peer="127.0.0.1:9")
     money = spark.createDataFrame([(1,)], "n BIGINT").selectExpr("CAST(n AS DECIMAL(5, 1)) AS d")
     with pytest.raises(Exception, match=r"column d"):
         _write(money, topic="t", peer="127.0.0.1:9")

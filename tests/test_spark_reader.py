@@ -293,3 +293,74 @@ def test_listen_for_a_peer_with_tls() -> None:
     finally:
         node.shutdown()
         reader.stop()
+
+
+def test_mutual_tls_through_the_ssl_options(tmp_path) -> None:
+    """``ssl.certificate``/``ssl.key``/``ssl.cafile``/``ssl.passphrase`` make the reader's
+    endpoint authenticate: a node with a certificate of the same CA peers, one of another
+    CA does not."""
+    from broker_spark.certs import make_ca, make_node_cert, write_pem
+
+    ca, other = make_ca(), make_ca("another CA")
+    files = {"ca": write_pem(tmp_path / "ca.pem", ca.cert_pem)}
+    for name, issuer in (("spark", ca), ("zeek", ca), ("stranger", other)):
+        pair = make_node_cert(issuer, name)
+        files[name] = write_pem(tmp_path / f"{name}.pem", pair.cert_pem)
+        files[f"{name}.key"] = write_pem(tmp_path / f"{name}.key", pair.key_pem)
+        if name == "spark":
+            encrypted = pair.key_pem_encrypted("s3cret")
+            files["spark.key"] = write_pem(tmp_path / "spark.enc.key", encrypted)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = parse_reader_options(
+        {
+            "topics": "zeek/",
+            "listen": f"127.0.0.1:{port}",
+            "ssl.certificate": str(files["spark"]),
+            "ssl.key": str(files["spark.key"]),
+            "ssl.passphrase": "s3cret",
+            "ssl.cafile": str(files["ca"]),
+        }
+    )
+    reader = BrokerStreamReader(opts, default_schema())
+
+    def node(name: str) -> broker.Endpoint:
+        config = broker.Configuration(broker.BrokerOptions())
+        config.openssl_certificate = str(files[name])
+        config.openssl_key = str(files[f"{name}.key"])
+        config.openssl_cafile = str(files["ca"])
+        return broker.Endpoint(config)
+
+    zeek_node, stranger = node("zeek"), node("stranger")
+    try:
+        start = reader.initialOffset()
+        assert not stranger.peer("127.0.0.1", port, 0)  # another CA: refused
+        assert zeek_node.peer("127.0.0.1", port, 0)
+        wait_for(lambda: zeek_node.peer_subscriptions(), 20, "the reader's subscription")
+        _publish(zeek_node, 0, 5)
+        _spooled(reader, 5)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert [r["offset"] for r in _rows(reader, start, end)] == list(range(5))
+    finally:
+        zeek_node.shutdown()
+        stranger.shutdown()
+        reader.stop()
+
+
+def test_the_pump_applies_size_retention_while_messages_arrive(hub: broker.Endpoint) -> None:
+    reader = _reader(hub, **{"spool.segmentBytes": "2k", "spool.retentionBytes": "4k"})
+    try:
+        start = reader.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 500)  # about 40 KiB: many segments
+        _spooled(reader, 500)
+        spool = reader._runtime.spool
+        # The pump drops whole old segments by itself (every second), down to the limit.
+        wait_for(lambda: spool.start_offset() > 0 and spool.total_bytes <= 6 * 1024, 20)
+        assert spool.end_offset() == 500
+        # A query still at offset 0 has lost what retention dropped (failOnDataLoss=true).
+        with pytest.raises(BrokerDataLossError, match="failOnDataLoss"):
+            reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        reader.stop()

@@ -226,3 +226,29 @@ def test_fail_on_data_loss_both_ways(spark: Any, hub: broker.Endpoint, tmp_path:
         drain_until(lenient, lambda: len(offsets), 15)
     assert offsets == list(range(15))  # new offsets continue after the checkpoint
     watch.close()
+
+
+def test_failfast_fails_the_query_and_its_endpoint_leaves(spark: Any, hub: broker.Endpoint) -> None:
+    watch = PeerWatch(hub)
+    query = (
+        _source(spark, hub, format="zeek", mode="FAILFAST")
+        .schema("n BIGINT, host STRING")
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    with running(query):
+        watch.wait_added(1)
+        watch.wait_subscribed(TOPIC)
+        _publish(hub, 0, 3)
+        hub.publish(TOPIC + "odd", zeek.Event("ping", "not a count", "h"))
+        with pytest.raises(Exception, match=r"record at offset 3"):
+            query.awaitTermination(60)
+
+    def left() -> bool:
+        watch._drain()
+        return watch.removed >= 1 and not hub.peers()
+
+    spark_fixtures.wait_for(left, 30, "the failed query's endpoint to leave the hub")
+    watch.close()

@@ -10,6 +10,7 @@ from spark_fixtures import PeerWatch, drain_until, running
 
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
+from broker_spark.spark.source import BrokerDataSource
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
@@ -27,6 +28,8 @@ def test_read_and_write_a_store(spark: Any, hub: broker.Endpoint) -> None:
     master = hub.attach_master("inventory")
     master.put("router", ("10.0.0.1", broker.Count(3)))
     master.put(broker.Count(7), 1.5)
+    # An explicit registration (as on a cluster without the pyspark_broker module) works too.
+    spark.dataSource.register(BrokerDataSource)
     rows = spark.read.format("broker").options(**_options(hub)).load()
     assert rows.columns == ["key", "value", "op", "expiry", "ts", "offset"]
     got = {(r.key, r.value, r.op) for r in rows.collect()}
@@ -95,3 +98,29 @@ def test_stream_a_store_s_changes(spark: Any, hub: broker.Endpoint) -> None:
         ("update", dumps_value("k"), dumps_value("v2"), 300.0),
         ("erase", dumps_value("before"), None, None),
     ]
+
+
+def test_a_stream_writes_into_a_store(spark: Any, hub: broker.Endpoint, tmp_path: Any) -> None:
+    master = hub.attach_master("inventory")
+    query = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 10)
+        .load()
+        .selectExpr("CAST(value AS STRING) AS key", "value * 2 AS value")
+        .writeStream.format("broker")
+        .options(**_options(hub))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    with running(query):
+        spark_fixtures.wait_for(
+            lambda: query.exception() is not None or len(master.keys()) >= 30,
+            60,
+            "30 keys written by the stream",
+        )
+        assert query.exception() is None
+    assert master.await_idle(10)
+    keys = master.keys()
+    assert {"0", "1", "29"} <= keys
+    assert all(master.get(k) == int(k) * 2 for k in keys)

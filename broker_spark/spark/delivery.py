@@ -23,6 +23,11 @@ endpoint:
    WebSocket ``ping`` frame is sent and its ``pong`` awaited (a server
    answers after reading every earlier frame).
 
+A peering that ends before its acknowledgement fails the task, so Spark
+retries it: the links are taken when the task's endpoint opens
+(:func:`peer_links`), and each one must still be up when the ping goes out
+and must answer it; a task that published without any link fails too.
+
 The peering code offers no "flush and confirm" call of its own, so this
 module reaches into the endpoint's links; an endpoint with a public
 ``flush(timeout) -> bool`` would be used instead.
@@ -38,7 +43,7 @@ from typing import Any
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 
-__all__ = ["ACK_PREFIX", "DeliveryError", "acknowledged_flush"]
+__all__ = ["ACK_PREFIX", "DeliveryError", "acknowledged_flush", "peer_links"]
 
 #: Our ping payload: 11 bytes like a goodbye token, but not ``BYE``, so the peer only answers.
 ACK_PREFIX = b"ACK"
@@ -69,7 +74,8 @@ def _wait_drained(endpoint: Endpoint, deadline: float) -> None:
     )
 
 
-def _links(endpoint: Endpoint) -> list[Any]:
+def peer_links(endpoint: Endpoint) -> list[Any]:
+    """The endpoint's links (native peerings and WebSocket bridges) as they are now."""
     return list(endpoint._core.links.values())
 
 
@@ -116,9 +122,11 @@ def _websocket_ping(endpoint: Endpoint, link: Any, deadline: float) -> None:
         raise DeliveryError(f"the WebSocket API did not answer our ping: {exc}") from None
 
 
-def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0) -> None:
+def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0, links: Any = None) -> None:
     """Return once every peer confirmed it took what ``endpoint`` published; else raise.
 
+    ``links`` are the peerings the messages were published to (by default
+    those up now): each must still be up and answer, and there must be one.
     The native peerings are closed by the goodbye; shut the endpoint down next.
     """
     deadline = time.monotonic() + timeout
@@ -130,7 +138,12 @@ def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0) -> None:
         return
     from broker_spark.core.tcp_link import TcpLink
 
-    links = _links(endpoint)
+    links = peer_links(endpoint) if links is None else list(links)
+    if not links:
+        raise DeliveryError("no peer to acknowledge the messages: the peering never came up")
+    for link in links:
+        if link.closed:
+            raise DeliveryError(f"the peering with {link.peer_str} ended before the ack")
     native = [link for link in links if isinstance(link, TcpLink)]
     bridges = [link for link in links if hasattr(link, "ws") and not isinstance(link, TcpLink)]
     for link in bridges:

@@ -28,7 +28,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from broker_spark.spark.options import parse_reader_options, parse_writer_options
+from broker_spark.spark.options import (
+    BrokerOptionError,
+    parse_reader_options,
+    parse_writer_options,
+)
 from broker_spark.spark.schema import default_ddl
 from broker_spark.spark.store_tables import (
     STORE_DDL,
@@ -81,6 +85,13 @@ class BrokerDataSource(DataSource):
         arrow = arrow_schema_of(schema)
         if options.store is not None:
             return StoreTableWriter(options, arrow, overwrite)
+        if overwrite:
+            raise BrokerOptionError(
+                "mode",
+                "overwrite",
+                "published messages cannot be replaced; use mode append "
+                "(overwrite applies to a store, with option store)",
+            )
         return BrokerBatchWriter(options, arrow)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

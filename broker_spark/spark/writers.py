@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -42,7 +43,7 @@ from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.delivery import acknowledged_flush
+from broker_spark.spark.delivery import acknowledged_flush, peer_links
 from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.row_messages import BadRow, RowEncoder
@@ -135,12 +136,14 @@ class _Publisher:
         self.settings = settings
         self.topics = {t for t in topics if t}
         self.endpoint: Endpoint | None = None
+        self.links: list[Any] = []  # the peerings made at open, which must acknowledge
 
     def open(self, topics: Iterable[str] = ()) -> Endpoint:
         if self.endpoint is None:
             conn = self.connection
             wanted = sorted(self.topics.union(topics)) if conn.websocket is not None else ()
             self.endpoint = open_endpoint(conn, settings=self.settings, websocket_topics=wanted)
+            self.links = peer_links(self.endpoint)
             if conn.peers:
                 _await_peer_filters(self.endpoint, FILTER_WAIT)
         return self.endpoint
@@ -151,7 +154,7 @@ class _Publisher:
 
     def finish(self) -> None:
         if self.endpoint is not None:
-            acknowledged_flush(self.endpoint, ACK_TIMEOUT)
+            acknowledged_flush(self.endpoint, ACK_TIMEOUT, self.links)
 
     def close(self) -> None:
         endpoint, self.endpoint = self.endpoint, None
