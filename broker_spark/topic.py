@@ -19,8 +19,10 @@ RESERVED = "<$>"
 class Topic(str):
     """A Broker topic: a string with Broker's joining rules.
 
-    ``/`` inserts a separator only when the right side does not already start
-    with one, and trailing separators of the result are dropped, as Broker does.
+    ``/`` inserts a separator only when both sides are non-empty and the right
+    side does not already start with one, then drops one trailing separator of
+    the result: exactly Broker's ``topic::operator/=``, so ``Topic("") / "a"``
+    is ``a`` and ``Topic("a") / "b//"`` is ``a/b/``.
     """
 
     __slots__ = ()
@@ -31,10 +33,10 @@ class Topic(str):
     def __truediv__(self, other: object) -> Topic:
         rhs = str(other)
         joined = str(self)
-        if rhs and not rhs.startswith(SEP):
+        if rhs and not rhs.startswith(SEP) and joined:
             joined += SEP
         joined += rhs
-        return Topic(joined.rstrip(SEP))
+        return Topic(joined[:-1] if joined.endswith(SEP) else joined)
 
     def __repr__(self) -> str:
         return f"Topic({str(self)!r})"

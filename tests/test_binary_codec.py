@@ -11,12 +11,12 @@ import math
 import random
 import time
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from recorded import VECTORS
 
 from broker_spark.data.binary import (
     DEFAULT_LIMITS,
@@ -53,7 +53,6 @@ from tests.strategies import (
     utc,
 )
 
-VECTORS = Path("/work/shared/vectors")
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address
 U64_1 = "0000000000000001"

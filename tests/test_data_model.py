@@ -80,6 +80,13 @@ def test_get_type(value: object, kind: DataType) -> None:
     assert Data(value).get_type() is kind
 
 
+def test_data_type_members_print_as_brokers_bindings() -> None:
+    assert Data.Type is DataType
+    assert str(Data(Count(1)).get_type()) == "Type.Count"
+    assert repr(Data.Type.Vector) == "<Type.Vector: 14>"
+    assert set(Data.Type.__members__) >= {"None_", "Count", "EnumValue", "Table"}
+
+
 def test_count_validates_range_and_is_hashable() -> None:
     with pytest.raises(ValueError, match="-1"):
         Count(-1)

@@ -8,12 +8,12 @@ import ipaddress
 import json
 import math
 import struct
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from recorded import VECTORS
 
 from broker_spark.data.json_codec import (
     MAX_TEXT_SIZE,
@@ -45,8 +45,6 @@ from broker_spark.data.types import (
     type_of,
 )
 from broker_spark.errors import EC, DecodeError, EncodeError
-
-VECTORS = Path("/work/shared/vectors")
 
 
 def val(kind: str, data: Any) -> dict:

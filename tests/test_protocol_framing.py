@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded import VECTORS
 
 from broker_spark.errors import DecodeError
 from broker_spark.protocol.framing import (
@@ -19,19 +18,6 @@ from broker_spark.protocol.framing import (
     encode_frames,
 )
 
-
-def _vectors_dir() -> Path | None:
-    env = os.environ.get("BROKER_SPARK_VECTORS")
-    for cand in ([Path(env)] if env else []) + [
-        Path(__file__).parent / "vectors",
-        Path("/work/shared/vectors"),
-    ]:
-        if (cand / "broker-v1-session.c2s.bin").is_file():
-            return cand
-    return None
-
-
-VECTORS = _vectors_dir()
 VECTOR_FILES = [
     "broker-v1-session.c2s.bin",
     "broker-v1-session.s2c.bin",
@@ -225,12 +211,10 @@ def test_garbage_only_raises_decode_error(data: bytes, cuts: list[int]) -> None:
 # -- recorded sessions ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(VECTORS is None, reason="recorded Broker sessions not available")
 @pytest.mark.parametrize(
     ("name", "count"), list(zip(VECTOR_FILES, VECTOR_FRAME_COUNTS, strict=True))
 )
 def test_vector_files_frame_and_reframe_exactly(name: str, count: int) -> None:
-    assert VECTORS is not None
     stream = (VECTORS / name).read_bytes()
     bodies = FrameDecoder(max_frame_size=4096).feed(stream)
     assert len(bodies) == count

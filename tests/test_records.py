@@ -165,12 +165,41 @@ def test_subclasses_wrappers_and_mappings_reduce_to_broker_types() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [object(), 2**64, -(2**63) - 1, "\ud800", Enum("\udcff"), (1, object()), {1: {object()}}],
-    ids=["object", "too-big", "too-small", "surrogate", "enum-surrogate", "nested", "in-set"],
+    [
+        object(),
+        2**64,
+        2**63,
+        (1, {"k": frozenset({2**63})}),
+        -(2**63) - 1,
+        "\ud800",
+        Enum("\udcff"),
+        (1, object()),
+        {1: {object()}},
+    ],
+    ids=[
+        "object",
+        "too-big",
+        "beyond-int64",
+        "beyond-int64-nested",
+        "too-small",
+        "surrogate",
+        "enum-surrogate",
+        "nested",
+        "in-set",
+    ],
 )
 def test_unpackable_values_raise_encode_error(value: Any) -> None:
     with pytest.raises(EncodeError):
         pack_value(value)
+
+
+def test_integers_beyond_int64_are_refused_both_ways_counts_are_not() -> None:
+    assert unpack_value(pack_value(Count(2**64 - 1))) == Count(2**64 - 1)
+    assert unpack_value(pack_value((2**63 - 1, b"\xcf"))) == (2**63 - 1, b"\xcf")
+    with pytest.raises(EncodeError, match="9223372036854775808"):
+        pack_value(2**63)
+    with pytest.raises(DecodeError, match="int64"):
+        unpack_value(msgpack.packb([1, {"k": 2**63}]))
 
 
 def _nested(levels: int) -> frozenset:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded import VECTORS
 
 from broker_spark.data.types import Count, DataType, Timespan
 from broker_spark.errors import DecodeError, EncodeError
@@ -37,7 +38,6 @@ from broker_spark.store.commands import (
     with_publisher,
 )
 
-VECTORS = Path("/work/shared/vectors")
 CLONE = EntityId(bytes.fromhex("3169cf5839ef5d9cb880c909a280dce4"), 8)
 MASTER = EntityId(bytes.fromhex("da5de73efaa650a7ac2a16fb92f55afd"), 6)
 
@@ -68,10 +68,6 @@ def _store_envelopes(direction: str) -> list[tuple[bytes, str, bytes]]:
     return out
 
 
-needs_vectors = pytest.mark.skipif(not VECTORS.exists(), reason="recorded vectors not present")
-
-
-@needs_vectors
 @pytest.mark.parametrize("direction", ["c2s", "s2c"])
 def test_every_recorded_command_decodes_and_reencodes_byte_for_byte(direction: str) -> None:
     envelopes = _store_envelopes(direction)
@@ -82,7 +78,6 @@ def test_every_recorded_command_decodes_and_reencodes_byte_for_byte(direction: s
         assert encode_command(cmd) == payload
 
 
-@needs_vectors
 def test_recorded_clone_to_master_session() -> None:
     cmds = [decode_command(p) for _, _, p in _store_envelopes("c2s")]
     assert [type(c.content) for c in cmds] == [
@@ -110,7 +105,6 @@ def test_recorded_clone_to_master_session() -> None:
     assert cmds[7] == InternalCommand(0, CLONE, NIL, KeepaliveCommand(4))
 
 
-@needs_vectors
 def test_recorded_master_to_clone_session() -> None:
     cmds = [decode_command(p) for _, _, p in _store_envelopes("s2c")]
     assert cmds[0] == InternalCommand(1, MASTER, CLONE, AckCloneCommand(1, 5, ()))
@@ -127,7 +121,6 @@ def test_recorded_master_to_clone_session() -> None:
     assert cmds[6] == InternalCommand(0, MASTER, NIL, KeepaliveCommand(4))
 
 
-@needs_vectors
 @pytest.mark.parametrize("direction", ["c2s", "s2c"])
 def test_unicast_target_matches_brokers_envelope_receivers(direction: str) -> None:
     for receiver, topic, payload in _store_envelopes(direction):
@@ -295,7 +288,6 @@ def _doc_examples() -> list[tuple[str, bytes]]:
     return out
 
 
-@needs_vectors
 def test_the_hex_examples_in_the_docs_are_exact() -> None:
     examples = _doc_examples()
     assert len(examples) == 15

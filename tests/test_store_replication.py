@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recorded import VECTORS
 
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count, Timespan
@@ -424,7 +425,6 @@ def test_malformed_channel_traffic_is_dropped() -> None:
 
 # -- interoperation with Broker's recorded session ------------------------------------
 
-VECTORS = Path("/work/shared/vectors")
 REAL_CLONE = EntityId(bytes.fromhex("3169cf5839ef5d9cb880c909a280dce4"), 8)
 REAL_MASTER = EntityId(bytes.fromhex("da5de73efaa650a7ac2a16fb92f55afd"), 6)
 
@@ -442,7 +442,6 @@ def _recorded(direction: str) -> list[InternalCommand]:
     return out
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason="recorded vectors not present")
 def test_our_master_serves_a_recorded_broker_clone() -> None:
     master = MasterState("kv", MemoryBackend(), REAL_MASTER, T0)
     sent = []
@@ -454,7 +453,6 @@ def test_our_master_serves_a_recorded_broker_clone() -> None:
     assert [e.kind for e in master.events()] == ["insert", "insert", "insert"]
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason="recorded vectors not present")
 def test_our_clone_follows_a_recorded_broker_master() -> None:
     clone = CloneState("kv", REAL_CLONE, T0)
     hello = clone.outgoing()

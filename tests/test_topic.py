@@ -17,6 +17,11 @@ def test_topic_join_rules_match_broker() -> None:
     assert isinstance(t, Topic)
     assert (Topic("a") / "b").string() == "a/b"
     assert Topic("a") / "" == "a"
+    # Broker adds no separator after an empty topic and drops only one trailing separator.
+    assert Topic("") / "foo" == "foo"
+    assert Topic("a") / "b//" == "a/b/"
+    assert Topic("a/") / "" == "a"
+    assert Topic("/") / "" == ""
 
 
 def test_topic_is_a_str() -> None:

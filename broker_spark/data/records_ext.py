@@ -10,6 +10,8 @@ with one of the codes below. This module holds only what the packer
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
+from typing import Any
 
 from msgpack import ExtType
 
@@ -54,6 +56,35 @@ def ext(code: int, data: bytes) -> ExtType:
     return new_tuple(ExtType, (code, data))
 
 
+UINT64_TAG = b"\xcf"
+"""msgpack's tag of a 64-bit unsigned integer: the only way a plain ``int`` above
+int64 can appear in a packed value (counts are extension types)."""
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def beyond_int64(value: Any) -> int | None:
+    """The first plain ``int`` (an integer, not a count) above int64 inside ``value``, if any.
+
+    msgpack packs and unpacks such integers natively, without a hook, so both
+    sides call this, but only when the packed bytes hold :data:`UINT64_TAG`
+    at all (a byte search in C): the walk in Python is for the rare value.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is int:
+            if item > _INT64_MAX:
+                return item
+        elif kind in (tuple, list, set, frozenset):
+            stack.extend(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return None
+
+
 __all__ = [
     "EXT_ADDRESS",
     "EXT_COUNT",
@@ -68,6 +99,8 @@ __all__ = [
     "MAX_NESTING",
     "PORT",
     "TIME",
+    "UINT64_TAG",
+    "beyond_int64",
     "U64",
     "WIDE_TIME_BYTES",
     "ext",

@@ -38,7 +38,9 @@ from broker_spark.data.records_ext import (
     PORT,
     TIME,
     U64,
+    UINT64_TAG,
     WIDE_TIME_BYTES,
+    beyond_int64,
     ext,
     new_tuple,
 )
@@ -73,11 +75,16 @@ payload is packed while the outer packer is mid-value, so each pack borrows one
 def pack_value(value: Any) -> bytes:
     """Pack one Broker value; :class:`EncodeError` when it has no Broker type or is out of range.
 
-    Integers must fit msgpack (``-2**63 .. 2**64-1``); absurdly deep nesting
-    fails with :class:`EncodeError` rather than exhausting the stack.
+    Integers must fit int64 (counts, uint64); absurdly deep nesting fails with
+    :class:`EncodeError` rather than exhausting the stack.
     """
     try:
-        return _pack(value)
+        packed = _pack(value)
+        if UINT64_TAG in packed:
+            big = beyond_int64(value)
+            if big is not None:
+                raise ValueError(f"integer out of int64 range: {big}")
+        return packed
     except EncodeError:
         raise
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:

@@ -34,7 +34,9 @@ from broker_spark.data.records_ext import (
     MAX_NESTING,
     PORT,
     TIME,
+    UINT64_TAG,
     WIDE_TIME_BYTES,
+    beyond_int64,
 )
 from broker_spark.data.types import Count, Enum, FrozenTable, Port, Timespan, Timestamp
 from broker_spark.errors import DecodeError
@@ -45,11 +47,16 @@ __all__ = ["unpack_value"]
 def unpack_value(data: bytes | bytearray | memoryview) -> Any:
     """Unpack one value packed by :func:`pack_value`; only :class:`DecodeError` escapes."""
     try:
-        return _unpack(data, 0)
+        value = _unpack(data, 0)
     except DecodeError:
         raise
     except Exception as exc:  # msgpack, hashing, unicode, range: all mean malformed input
         raise DecodeError(f"malformed packed value: {type(exc).__name__}: {exc}") from None
+    if UINT64_TAG in data:
+        big = beyond_int64(value)
+        if big is not None:
+            raise DecodeError(f"malformed packed value: integer out of int64 range: {big}")
+    return value
 
 
 _SHALLOW = 4

@@ -344,6 +344,12 @@ class DataType(enum.IntEnum):
     Table = 13
     Vector = 14
 
+    def __str__(self) -> str:
+        return f"Type.{self.name}"  # as Broker's bindings print ``Data.Type`` members
+
+    def __repr__(self) -> str:
+        return f"<Type.{self.name}: {self.value}>"
+
 
 _EXACT_TAGS: dict[type, DataType] = {
     type(None): DataType.None_,

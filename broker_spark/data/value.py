@@ -150,32 +150,12 @@ def render(value: Any) -> str:
     return str(value)
 
 
-class _TypeNamespace:
-    """``Data.Type``: the members Broker's Python bindings name."""
-
-    None_ = DataType.None_
-    Boolean = DataType.Boolean
-    Count = DataType.Count
-    Integer = DataType.Integer
-    Real = DataType.Real
-    String = DataType.String
-    Address = DataType.Address
-    Subnet = DataType.Subnet
-    Port = DataType.Port
-    Timestamp = DataType.Timestamp
-    Timespan = DataType.Timespan
-    EnumValue = DataType.EnumValue
-    Set = DataType.Set
-    Table = DataType.Table
-    Vector = DataType.Vector
-
-
 class Data:
     """A Broker value: wraps a Python value after validating it."""
 
     __slots__ = ("value",)
 
-    Type = _TypeNamespace
+    Type = DataType  # ``Data.Type``: the members Broker's Python bindings name
 
     def __init__(self, value: Any = None) -> None:
         self.value = from_py(value)
