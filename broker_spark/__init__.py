@@ -13,7 +13,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from broker_spark.config import Backend, BrokerOptions, Configuration
-from broker_spark.data import Count, Data, DataType, Enum, FrozenTable, Port, Timespan, Timestamp
+from broker_spark.data import (
+    Count,
+    Data,
+    DataType,
+    Enum,
+    FrozenTable,
+    Port,
+    Set,
+    Table,
+    Timespan,
+    Timestamp,
+    Vector,
+)
+from broker_spark.data.types import UTC as utc
 from broker_spark.errors import EC, SC, BrokerError, ShutdownError
 from broker_spark.status import (
     EndpointInfo,
@@ -111,16 +124,20 @@ __all__ = [
     "PeerStatus",
     "Port",
     "Publisher",
+    "Set",
     "ShutdownError",
     "Status",
     "StatusSubscriber",
     "Store",
     "Subscriber",
+    "Table",
     "Timespan",
     "Timestamp",
     "Topic",
+    "Vector",
     "Version",
     "__version__",
     "now",
+    "utc",
     "zeek",
 ]

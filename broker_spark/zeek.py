@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from broker_spark.data.types import Count
-from broker_spark.data.value import Data, freeze, from_py
+from broker_spark.data.value import RawData, freeze, from_py
 from broker_spark.errors import DecodeError
 
 PROTOCOL_VERSION = Count(1)
@@ -50,7 +50,7 @@ def _plain(value: Any) -> Any:
     """The Broker value behind a Message or Data wrapper (the value itself otherwise)."""
     if isinstance(value, Message):
         return value._data
-    if isinstance(value, Data):
+    if isinstance(value, RawData):
         return value.value
     return value
 

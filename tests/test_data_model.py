@@ -132,7 +132,7 @@ def test_timestamps_keep_nanoseconds() -> None:
     assert ts == Timestamp.from_ns(1_649_574_000_123_456_789)
     before_epoch = Timestamp.from_ns(-1)
     assert timestamp_ns(before_epoch) == -1
-    naive = dt.datetime(2022, 4, 10, 7, 0, 0)
+    naive = dt.datetime.fromtimestamp(1_649_574_000)  # naive: local time, as in Broker
     assert timestamp_ns(naive) == 1_649_574_000_000_000_000
 
 

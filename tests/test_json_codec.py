@@ -193,7 +193,11 @@ def test_subscriptions_message() -> None:
         (Port(8, Port.ICMP), "port", '"8/icmp"'),
         (Port(0, Port.Unknown), "port", '"0/?"'),
         (Timestamp.from_ns(1649574000123456789), "timestamp", '"2022-04-10T07:00:00.123"'),
-        (dt.datetime(2014, 7, 9, 10, 16, 44), "timestamp", '"2014-07-09T10:16:44.000"'),
+        (
+            dt.datetime(2014, 7, 9, 10, 16, 44, tzinfo=dt.timezone.utc),
+            "timestamp",
+            '"2014-07-09T10:16:44.000"',
+        ),
         (Timestamp.from_ns(-1), "timestamp", '"1969-12-31T23:59:59.999"'),
         (
             dt.datetime(2022, 4, 10, 9, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))),

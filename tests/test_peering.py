@@ -193,6 +193,18 @@ def test_peer_to_closed_port_reports_unavailable() -> None:
             assert a.peers() == []
 
 
+def test_every_failed_retry_is_reported() -> None:
+    """As in Broker, a retrying peering reports PeerUnavailable for each failed attempt."""
+    with socket.socket() as s:
+        s.bind((LOCAL, 0))
+        port = s.getsockname()[1]
+    with endpoints(1) as (a,):
+        st = a.make_status_subscriber(False)
+        a.peer_nosync(LOCAL, port, 0.2)
+        errors = [st.get(5.0), st.get(5.0)]
+        assert [e.code() for e in errors] == [EC.PeerUnavailable, EC.PeerUnavailable]
+
+
 def test_peer_retries_until_the_peer_listens() -> None:
     with endpoints(2) as (a, b):
         with socket.socket() as s:

@@ -270,11 +270,15 @@ class Peering:
     def attempt_failed(
         self, target: Target, code: EC, message: str, peer_id: bytes | None = None
     ) -> None:
-        """A dial or its handshake failed: report it once per outage, maybe retry."""
+        """A dial or its handshake failed: report it, and retry if asked to.
+
+        Every failed attempt is reported, as Broker does (a retrying peering to
+        an absent node gives one ``PeerUnavailable`` per ``retry`` interval):
+        code waiting on the status subscriber for the next failure relies on it.
+        """
         target.conn = None
-        if target.failures == 0:
-            node = self.core.id_to_str(peer_id) if peer_id else ""
-            self.core.emit(Error(code, message, EndpointInfo(node, target.network())))
+        node = self.core.id_to_str(peer_id) if peer_id else ""
+        self.core.emit(Error(code, message, EndpointInfo(node, target.network())))
         target.failures += 1
         target.resolve(False)
         if target.retry <= 0:

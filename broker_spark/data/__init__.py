@@ -13,7 +13,8 @@ from broker_spark.data.types import (
     timestamp_ns,
     type_of,
 )
-from broker_spark.data.value import Data, freeze, from_py, render
+from broker_spark.data.value import Data, RawData, freeze, from_py, render
+from broker_spark.data.views import Set, Table, Vector
 
 __all__ = [
     "Count",
@@ -22,8 +23,12 @@ __all__ = [
     "Enum",
     "FrozenTable",
     "Port",
+    "RawData",
+    "Set",
+    "Table",
     "Timespan",
     "Timestamp",
+    "Vector",
     "freeze",
     "from_py",
     "render",

@@ -190,9 +190,17 @@ def _binary_conv(v: Any) -> Any:
     raise _Misfit(f"{_describe(v)} is not a string")
 
 
+def _wall_clock_ns(value: _dt.datetime) -> int:
+    """Nanoseconds of a timestamp as Arrow stores it: a naive ``datetime``'s fields as they
+    are (Arrow's and pyarrow's convention), not local time as elsewhere in the data model."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return timestamp_ns(value)
+
+
 def _time_conv(unit: str, is_timestamp: bool) -> _Conv:
     per = _UNIT_NS[unit]
-    kind, ns_of = ("timestamp", timestamp_ns) if is_timestamp else ("timespan", timespan_ns)
+    kind, ns_of = ("timestamp", _wall_clock_ns) if is_timestamp else ("timespan", timespan_ns)
     cls_ok = _dt.datetime if is_timestamp else _dt.timedelta
 
     def conv(v: Any) -> Any:

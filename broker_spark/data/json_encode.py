@@ -47,13 +47,14 @@ from broker_spark.data.types import (
     Port,
     Timespan,
     Timestamp,
+    as_aware,
     sorted_items,
     sorted_values,
     timespan_ns,
     timestamp_ns,
     type_of,
 )
-from broker_spark.data.value import MAX_DEPTH, Data
+from broker_spark.data.value import MAX_DEPTH, RawData
 from broker_spark.errors import EC, EncodeError
 
 __all__ = ["dumps_value", "encode_ack", "encode_data_message", "encode_error", "to_json_obj"]
@@ -128,7 +129,9 @@ def _timespan_data(v: _dt.timedelta) -> str:
 
 
 def _timestamp_data(v: _dt.datetime) -> str:
-    if (v.tzinfo is UTC or v.tzinfo is None) and 1678 <= v.year <= 2261:
+    if v.tzinfo is None:  # naive: local time, as everywhere in the data model
+        v = as_aware(v)
+    if v.tzinfo is UTC and 1678 <= v.year <= 2261:
         return "%04d-%02d-%02dT%02d:%02d:%02d.%03d" % (  # noqa: UP031 (fastest here)
             v.year,
             v.month,
@@ -259,7 +262,7 @@ _BY_TAG_TEXT = {
 
 def _unwrap(v: Any) -> Any:
     """The plain value behind a ``Data`` or an object with ``_broker_value()``, else None."""
-    if isinstance(v, Data):
+    if isinstance(v, RawData):
         return v.value
     unwrap = getattr(v, "_broker_value", None)
     return unwrap() if unwrap is not None else None
@@ -267,7 +270,7 @@ def _unwrap(v: Any) -> Any:
 
 def _t_other(v: Any, d: int) -> str:
     inner = _unwrap(v)
-    if inner is not None or isinstance(v, Data):
+    if inner is not None or isinstance(v, RawData):
         return _TEXT.get(type(inner), _t_other)(inner, d)
     try:
         tag = type_of(v)

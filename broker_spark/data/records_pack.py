@@ -53,6 +53,7 @@ from broker_spark.data.types import (
     Port,
     Timespan,
     Timestamp,
+    as_aware,
     type_of,
 )
 from broker_spark.errors import EncodeError
@@ -160,8 +161,8 @@ def _enc_port(value: Port) -> ExtType:
 
 def _enc_timestamp(value: _dt.datetime) -> ExtType:
     nanos = getattr(value, "_nanos", 0)
-    if value.tzinfo is None:  # naive: taken as UTC, as everywhere in the data model
-        value = value.replace(tzinfo=UTC)
+    if value.tzinfo is None:  # naive: local time, as everywhere in the data model
+        value = as_aware(value)
     return new_tuple(ExtType, (EXT_TIMESTAMP, _time_bytes((value - _EPOCH) // _ONE_US, nanos)))
 
 

@@ -48,6 +48,11 @@ class Count(int):
             raise ValueError(f"Count out of range [0, 2**64-1]: {int(n)}")
         return n
 
+    @property
+    def value(self) -> int:
+        """The number as a plain ``int`` (Broker's ``Count.value``; read-only, as a count is)."""
+        return int(self)
+
     def __repr__(self) -> str:
         return f"Count({int(self)})"
 
@@ -153,6 +158,13 @@ class Timestamp(_dt.datetime):
 
     __slots__ = ("_nanos", "_ns")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Timestamp:
+        """``Timestamp(seconds)``: seconds since the epoch, a number, as Broker's bindings
+        take it; any other arguments are ``datetime``'s."""
+        if len(args) == 1 and not kwargs and _is_number(args[0]):
+            return cls.from_ns(_seconds_ns(args[0]))
+        return super().__new__(cls, *args, **kwargs)
+
     @classmethod
     def from_ns(cls, ns: int) -> Timestamp:
         """The instant ``ns`` nanoseconds after the epoch.
@@ -218,6 +230,14 @@ class Timespan(_dt.timedelta):
 
     __slots__ = ("_nanos", "_ns")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Timespan:
+        """``Timespan(n)`` as Broker's bindings take it: an ``int`` is nanoseconds, a
+        ``float`` seconds; any other arguments are ``timedelta``'s (days first)."""
+        if len(args) == 1 and not kwargs and _is_number(args[0]):
+            n = args[0]
+            return cls.from_ns(int(n) if isinstance(n, int) else _seconds_ns(n))
+        return super().__new__(cls, *args, **kwargs)
+
     @classmethod
     def from_ns(cls, ns: int) -> Timespan:
         micros, rem = divmod(ns, 1000)
@@ -260,6 +280,30 @@ class Timespan(_dt.timedelta):
         return f"Timespan.from_ns({timespan_ns(self)})"
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _seconds_ns(seconds: float) -> int:
+    """Seconds (an int or a float) as whole nanoseconds; ``ValueError`` for NaN or infinity."""
+    if isinstance(seconds, int):
+        return seconds * 1_000_000_000
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite number of seconds: {seconds!r}")
+    return round(seconds * 1e9)
+
+
+def as_aware(value: _dt.datetime) -> _dt.datetime:
+    """``value`` with a zone: a naive ``datetime`` is local time, as Broker's bindings read it
+    (``datetime.timestamp()``); one beyond what the local zone can convert is taken as UTC."""
+    if value.tzinfo is not None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError, OSError):
+        return value.replace(tzinfo=UTC)
+
+
 _EPOCH_TS = Timestamp(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
 _ONE_US = _dt.timedelta(microseconds=1)
@@ -281,9 +325,9 @@ def _minute_head(minute: int) -> bytes:
 
 
 def timestamp_ns(value: _dt.datetime) -> int:
-    """Nanoseconds since the epoch; a naive ``datetime`` is taken as UTC."""
+    """Nanoseconds since the epoch; a naive ``datetime`` is local time (:func:`as_aware`)."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
+        value = as_aware(value)
     # timedelta // timedelta is exact integer arithmetic, in C.
     return (value - _EPOCH) // _ONE_US * 1000 + getattr(value, "_nanos", 0)
 
@@ -344,12 +388,18 @@ class DataType(enum.IntEnum):
     Table = 13
     Vector = 14
 
+    Nil = 0  # Broker's bindings name none both ``Nil`` and ``None`` (added below)
+
     def __str__(self) -> str:
         return f"Type.{self.name}"  # as Broker's bindings print ``Data.Type`` members
 
     def __repr__(self) -> str:
         return f"<Type.{self.name}: {self.value}>"
 
+
+# ``None`` is a keyword, so that alias cannot be written in the class body.
+type.__setattr__(DataType, "None", DataType.None_)
+DataType._member_map_["None"] = DataType.None_
 
 _EXACT_TAGS: dict[type, DataType] = {
     type(None): DataType.None_,

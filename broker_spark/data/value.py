@@ -17,7 +17,6 @@ from typing import Any
 from broker_spark.data.types import (
     INT64_MAX,
     INT64_MIN,
-    UTC,
     Count,
     DataType,
     Enum,
@@ -25,6 +24,7 @@ from broker_spark.data.types import (
     Port,
     Timespan,
     Timestamp,
+    as_aware,
     sort_key,
     sorted_items,
     sorted_values,
@@ -43,7 +43,7 @@ def from_py(value: Any, *, _depth: int = 0) -> Any:
     sets or table keys become hashable, and out-of-range numbers raise
     ``ValueError`` naming the value instead of being wrapped.
     """
-    if isinstance(value, Data):
+    if isinstance(value, RawData):
         return value.value
     tag = type_of(value)
     unwrap = getattr(value, "_broker_value", None)
@@ -69,9 +69,7 @@ def from_py(value: Any, *, _depth: int = 0) -> Any:
             return bytes(value)
         return value
     if tag is DataType.Timestamp:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        return as_aware(value)  # a naive datetime is local time, as in Broker's bindings
     if tag is DataType.Timespan:
         return value
     if tag is DataType.Set:
@@ -81,6 +79,11 @@ def from_py(value: Any, *, _depth: int = 0) -> Any:
     if tag is DataType.Vector:
         return tuple(from_py(v, _depth=d) for v in value)
     return value
+
+
+def as_element(value: Any) -> Any:
+    """``value`` (a ``Data`` or a Python value) as a set element or table key is stored."""
+    return _hashable(from_py(value))
 
 
 def _hashable(value: Any) -> Any:
@@ -150,8 +153,15 @@ def render(value: Any) -> str:
     return str(value)
 
 
-class Data:
-    """A Broker value: wraps a Python value after validating it."""
+class RawData:
+    """A Broker value, as Broker's bindings hand out container elements (``_broker.Data``).
+
+    :class:`Data` is the public subclass. Broker's ``as_set()``, ``as_table()``
+    and ``as_vector()`` give elements that are *not* instances of
+    ``broker.Data`` but convert with ``Data(x)`` and ``Data.to_py(x)``; code
+    (Broker's own tests among it) relies on telling the two apart, so the
+    views (:mod:`~broker_spark.data.views`) hand out this base class.
+    """
 
     __slots__ = ("value",)
 
@@ -169,17 +179,82 @@ class Data:
 
     @staticmethod
     def to_py(data: Any) -> Any:
-        return data.value if isinstance(data, Data) else from_py(data)
+        return data.value if isinstance(data, RawData) else from_py(data)
 
     def _broker_value(self) -> Any:
         return self.value
 
+    # --- Broker's typed accessors: the value if it has that type, else TypeError ------------
+
+    def _as(self, tag: DataType) -> Any:
+        held = type_of(self.value)
+        if held is not tag:
+            raise TypeError(f"Data holds a {held.name} value, not a {tag.name}: {self!s:.100}")
+        return self.value
+
+    def as_none(self) -> None:
+        self._as(DataType.None_)
+
+    def as_boolean(self) -> bool:
+        return self._as(DataType.Boolean)
+
+    def as_count(self) -> Count:
+        return self._as(DataType.Count)
+
+    def as_integer(self) -> int:
+        return self._as(DataType.Integer)
+
+    def as_real(self) -> float:
+        return self._as(DataType.Real)
+
+    def as_string(self) -> str:
+        return self._as(DataType.String)
+
+    def as_address(self) -> Any:
+        return self._as(DataType.Address)
+
+    def as_subnet(self) -> Any:
+        return self._as(DataType.Subnet)
+
+    def as_port(self) -> Port:
+        return self._as(DataType.Port)
+
+    def as_timestamp(self) -> _dt.datetime:
+        return self._as(DataType.Timestamp)
+
+    def as_timespan(self) -> _dt.timedelta:
+        return self._as(DataType.Timespan)
+
+    def as_enum_value(self) -> Enum:
+        return self._as(DataType.EnumValue)
+
+    def as_set(self) -> Any:
+        """The set as a :class:`~broker_spark.data.views.Set` shared with this value."""
+        from broker_spark.data.views import Set  # (views builds on this module)
+
+        self._as(DataType.Set)
+        return Set(self)
+
+    def as_table(self) -> Any:
+        """The table as a :class:`~broker_spark.data.views.Table` shared with this value."""
+        from broker_spark.data.views import Table
+
+        self._as(DataType.Table)
+        return Table(self)
+
+    def as_vector(self) -> Any:
+        """The vector as a :class:`~broker_spark.data.views.Vector` shared with this value."""
+        from broker_spark.data.views import Vector
+
+        self._as(DataType.Vector)
+        return Vector(self)
+
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Data):
+        if isinstance(other, RawData):
             return sort_key(self.value) == sort_key(other.value)
         return NotImplemented
 
-    def __lt__(self, other: Data) -> bool:
+    def __lt__(self, other: RawData) -> bool:
         return sort_key(self.value) < sort_key(other.value)
 
     def __hash__(self) -> int:
@@ -189,7 +264,13 @@ class Data:
         return render(self.value)
 
     def __repr__(self) -> str:
-        return f"Data({self.value!r})"
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class Data(RawData):
+    """A Broker value: wraps a Python value after validating it (``broker.Data``)."""
+
+    __slots__ = ()
 
 
 __all__ = [
@@ -199,8 +280,10 @@ __all__ = [
     "Enum",
     "FrozenTable",
     "Port",
+    "RawData",
     "Timespan",
     "Timestamp",
+    "as_element",
     "freeze",
     "from_py",
     "render",
