@@ -238,13 +238,19 @@ def _generate(args: argparse.Namespace, publisher: Any) -> int:
     published = 0
     start = time.monotonic()
     end = None if args.seconds is None else start + args.seconds
+    # The whole run's count, from the arguments: (start + seconds) - start is not always
+    # seconds in floating point, and 2000/s for 0.2 s must be 400 events, not 399.
+    total = None if args.seconds is None else round(args.rate * args.seconds)
     log.info("publishing %g %s events/s on %s", args.rate, args.generate, args.topic)
     with stop_on_signals() as stop:
         while not stop.is_set():
             now = time.monotonic()
             if end is not None and now >= end:
-                now = end
-            due = int(args.rate * (now - start)) - published
+                due = total - published
+            else:
+                due = int(args.rate * (now - start)) - published
+                if total is not None:
+                    due = min(due, total - published)
             if due > 0:
                 publisher.publish_batch(*events.batch(due))
                 published += due

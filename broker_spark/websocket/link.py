@@ -46,6 +46,8 @@ __all__ = [
     "OVERFLOW_CODE",
     "WebSocketLink",
     "close_connection",
+    "close_now",
+    "drop_transport",
 ]
 
 #: WebSocket close codes we use (RFC 6455): normal, going away (shutdown),
@@ -264,9 +266,37 @@ async def close_connection(
         if not _is_connection_closed(exc):
             raise
     finally:
-        transport = getattr(ws, "transport", None)
-        if transport is not None:
-            transport.abort()
+        close_now(ws, code, reason)
+
+
+def close_now(ws: Any, code: int, reason: str) -> None:
+    """Close ``ws`` at once, without waiting: its close frame if it is still open, then the
+    transport (:func:`drop_transport`). What a cancelled or aborted close falls back to, so a
+    peer learns why even from an endpoint that is shutting down."""
+    from websockets.protocol import State
+
+    with contextlib.suppress(Exception):  # any state but open: nothing more to say
+        if ws.protocol.state is State.OPEN:
+            ws.protocol.send_close(code, reason)
+            ws.send_data()
+    drop_transport(getattr(ws, "transport", None))
+
+
+def drop_transport(transport: Any) -> None:
+    """Close ``transport`` now: gracefully when nothing waits to be sent, else abort.
+
+    An abort resets the connection, and a peer that receives the reset before
+    it has read our close frame loses the frame (it sees a dropped connection,
+    not code 1001); a plain close sends what is written and then a FIN, at once
+    when the buffer is empty. Only a peer that does not read, leaving data
+    queued, is aborted, so nothing waits on it.
+    """
+    if transport is None or transport.is_closing():
+        return
+    if transport.get_write_buffer_size() == 0:
+        transport.close()
+    else:
+        transport.abort()
 
 
 def _is_connection_closed(exc: BaseException) -> bool:

@@ -37,7 +37,12 @@ from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import decode_client_message, decode_subscriptions, encode_ack
 from broker_spark.errors import EC, SC, BrokerError
 from broker_spark.status import NetworkInfo, PeerFlags
-from broker_spark.websocket.link import WebSocketLink, close_connection
+from broker_spark.websocket.link import (
+    CLOSE_GOING_AWAY,
+    WebSocketLink,
+    close_connection,
+    close_now,
+)
 from broker_spark.websocket.messages import JSON_PATH, error_text, input_error
 
 if TYPE_CHECKING:
@@ -138,13 +143,17 @@ class WebSocketServer:
                 self.abort()
 
     def abort(self) -> None:
-        """Stop listening and drop every connection now (synchronous)."""
+        """Stop listening and drop every connection now (synchronous).
+
+        A connection whose handler has not said goodbye yet still gets its
+        close frame (1001, going away), written before the transport closes.
+        """
         if self._server is not None:
             self._server.server.close()
         for link in list(self.links):
             link.close(SC.PeerLost)
         for conn in list(self._connections):
-            conn.transport.abort()
+            close_now(conn, CLOSE_GOING_AWAY, "endpoint shutting down")
 
     async def _wait_connections_closed(self) -> None:
         while self._connections:
@@ -191,15 +200,26 @@ class WebSocketServer:
         except ConnectionClosed:
             pass
         finally:
+            # The endpoint's shutdown may cancel us during this clean-up too: every step
+            # still runs (the close falls back to close_now), then the cancellation goes on.
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            cancelled = False
+            try:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            except asyncio.CancelledError:
+                cancelled = True
             self.links.discard(link)
             core.set_extra_filter(link, ())
             core.remove_link(link, reason)
-            await close_connection(
-                ws, link.close_code, link.close_reason, link.farewell, self.close_timeout
-            )
+            try:
+                await close_connection(
+                    ws, link.close_code, link.close_reason, link.farewell, self.close_timeout
+                )
+            except asyncio.CancelledError:
+                cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError
 
     async def _handshake(self, ws: ServerConnection) -> tuple[str, ...]:
         """Read until the client sent its subscriptions, answering anything else with an error."""
