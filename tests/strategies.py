@@ -224,3 +224,32 @@ def real_bits(x: float) -> bytes:
 def utc(*args: int) -> _dt.datetime:
     """A UTC-aware datetime, for readable test vectors."""
     return _dt.datetime(*args, tzinfo=_dt.timezone.utc)
+
+
+def byte_edits(max_where: int, max_size: int) -> st.SearchStrategy[list[tuple[str, int, int]]]:
+    """Edits for :func:`mutate`: flip a bit, cut the tail, insert or drop a byte."""
+    return st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "drop"]),
+            st.integers(0, max_where),
+            st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=max_size,
+    )
+
+
+def mutate(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
+    """``data`` with ``edits`` applied in order (positions wrap around the current length)."""
+    raw = bytearray(data)
+    for op, where, byte in edits:
+        i = where % (len(raw) + 1)
+        if op == "flip" and i < len(raw):
+            raw[i] ^= 1 << (byte % 8)
+        elif op == "cut":
+            del raw[i:]
+        elif op == "insert":
+            raw.insert(i, byte)
+        elif op == "drop" and i < len(raw):
+            del raw[i]
+    return bytes(raw)

@@ -46,7 +46,9 @@ from broker_spark.protocol.messages import (
 )
 from tests.strategies import (
     broker_values,
+    byte_edits,
     hashable_values,
+    mutate,
     real_bits,
     same_value,
     simple_values,
@@ -581,33 +583,11 @@ def test_random_bytes_only_raise_decode_error(raw: bytes) -> None:
 
 
 @settings(max_examples=300)
-@given(
-    broker_values(max_depth=2),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["flip", "cut", "insert", "drop"]),
-            st.integers(0, 1 << 16),
-            st.integers(0, 255),
-        ),
-        min_size=1,
-        max_size=4,
-    ),
-)
+@given(broker_values(max_depth=2), byte_edits(1 << 16, 4))
 def test_mutated_encodings_only_raise_decode_error(
     value: Any, edits: list[tuple[str, int, int]]
 ) -> None:
-    raw = bytearray(encode(value))
-    for op, where, byte in edits:
-        i = where % (len(raw) + 1)
-        if op == "flip" and i < len(raw):
-            raw[i] ^= 1 << (byte % 8)
-        elif op == "cut":
-            del raw[i:]
-        elif op == "insert":
-            raw.insert(i, byte)
-        elif op == "drop" and i < len(raw):
-            del raw[i]
-    decode_or_reject(bytes(raw))
+    decode_or_reject(mutate(encode(value), edits))
 
 
 def test_every_single_byte_corruption_of_the_recorded_event() -> None:

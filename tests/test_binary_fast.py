@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_spark.data import binary_decode, binary_decode_fast, binary_encode_fast
+from broker_spark.data import binary_decode, binary_decode_fast, binary_encode_fast, binary_shape
 from broker_spark.data.binary import DEFAULT_LIMITS, decode, encode, encode_into
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 from broker_spark.errors import DecodeError, EncodeError
-from tests.strategies import broker_values, real_bits, same_value
+from tests.strategies import broker_values, byte_edits, mutate, real_bits, same_value
 
 
 def canon(value: Any) -> Any:
@@ -140,35 +140,13 @@ def test_a_typical_event_is_compiled_and_its_values_keep_their_types() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.integers(0, 5),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["flip", "cut", "insert", "drop"]),
-            st.integers(0, 200),
-            st.integers(0, 255),
-        ),
-        min_size=1,
-        max_size=3,
-    ),
-)
+@given(st.integers(0, 5), byte_edits(200, 3))
 def test_malformed_or_different_input_gets_the_general_readers_answer(
     which: int, edits: list[tuple[str, int, int]]
 ) -> None:
     for i in range(3):
         decode(encode(typical(i)))  # the layout is compiled
-    raw = bytearray(encode(typical(which)))
-    for op, where, byte in edits:
-        i = where % (len(raw) + 1)
-        if op == "flip" and i < len(raw):
-            raw[i] ^= 1 << (byte % 8)
-        elif op == "cut":
-            del raw[i:]
-        elif op == "insert":
-            raw.insert(i, byte)
-        elif op == "drop" and i < len(raw):
-            del raw[i]
-    raw = bytes(raw)
+    raw = mutate(encode(typical(which)), edits)
     expected = outcome(general_decode, raw)
     assert outcome(decode, raw) == expected
     assert outcome(decode, raw) == expected  # and again, once the reader has learnt from it
@@ -246,7 +224,7 @@ def test_non_events_and_custom_limits_take_the_general_paths() -> None:
 def test_every_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (binary_decode_fast, binary_encode_fast):
         monkeypatch.setattr(module, "_KEYS_MAX", 8)
-        monkeypatch.setattr(module, "_SHAPES_MAX", 4)
+    monkeypatch.setattr(binary_shape, "COMPILED_MAX", 4)
     monkeypatch.setattr(binary_decode_fast, "_CACHE_MAX", 16)
     monkeypatch.setattr(binary_encode_fast, "_SETS_MAX", 16)
     for i in range(40):

@@ -38,6 +38,7 @@ from broker_spark.data.types import (
     Port,
     Timespan,
     Timestamp,
+    new_timedelta,
     sorted_values,
     timespan_ns,
     timestamp_ns,
@@ -400,7 +401,7 @@ def _timespans(ints: list[Any], per: int) -> list[Any]:
             continue
         micros, nanos = divmod(n * per, 1000)
         try:
-            span = Timespan(0, 0, micros)
+            span = new_timedelta(Timespan, 0, 0, micros)
         except OverflowError:
             raise DecodeError(f"timespan {n * per}ns is beyond Python's timedelta") from None
         if nanos:

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
+from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp, new_timedelta
 from broker_spark.data.value import freeze
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
@@ -92,6 +92,7 @@ _new_int = int.__new__
 _SMALL_COUNTS = tuple(Count(i) for i in range(256))
 _ts_from_ns = Timestamp.from_ns
 _Timespan = Timespan
+_new_timedelta = new_timedelta
 
 _CACHE_SIZE = 4096
 _CACHED_NAME_MAX = 128  # longer enum names are not remembered, so caches stay small
@@ -347,7 +348,7 @@ def _make_reader(limits: DecodeLimits) -> _Reader:
             elif tag == 10:  # timespan
                 ns = _unpack_q(buf, pos + 1)[0]
                 micros, nanos = divmod(ns, 1000)
-                span = _Timespan(0, 0, micros)
+                span = _new_timedelta(_Timespan, 0, 0, micros)
                 span._nanos = nanos
                 span._ns = ns
                 items[i] = span

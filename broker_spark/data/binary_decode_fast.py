@@ -45,7 +45,7 @@ from types import CodeType, FunctionType
 from typing import Any
 
 from broker_spark.data import binary_decode as _bd
-from broker_spark.data.binary_shape import ANY, SET, VEC, Shape, merge, scan
+from broker_spark.data.binary_shape import ANY, SET, VEC, Shape, compiled, merge, scan
 from broker_spark.data.types import (
     UTC,
     Count,
@@ -53,6 +53,8 @@ from broker_spark.data.types import (
     Timespan,
     Timestamp,
     _minute_head,
+    new_datetime,
+    new_timedelta,
 )
 
 __all__ = ["READERS", "Miss", "compile_reader", "learn"]
@@ -61,7 +63,6 @@ _MAX_STRING = _bd.DEFAULT_LIMITS.max_string
 _MAX_ITEMS = _bd.DEFAULT_LIMITS.max_items
 
 _KEYS_MAX = 1024  # heads remembered (seen or compiled)
-_SHAPES_MAX = 256  # compiled readers kept
 _MISSES_MAX = 16  # misses that teach nothing before a head is left to the general reader
 
 Reader = Callable[[bytes, int], Any]
@@ -151,11 +152,7 @@ def _reader_for(key: bytes, body: Shape) -> Reader | None:
         name = key[24:].decode()
     except UnicodeDecodeError:  # decodes as bytes; not worth a reader
         return None
-    code = _COMPILED.get(body)
-    if code is None:
-        if len(_COMPILED) >= _SHAPES_MAX:
-            _COMPILED.clear()
-        code = _COMPILED[body] = compile_reader(body)
+    code = compiled(_COMPILED, body, compile_reader)
     namespace = dict(code[1])
     namespace["_C0"] = _count(key[3:11])
     namespace["_C1"] = _count(key[12:20])
@@ -252,6 +249,8 @@ def _namespace() -> dict[str, Any]:
         "_TS": Timestamp,
         "_UTC": UTC,
         "_SPAN": Timespan,
+        "_NEW_TS": new_datetime,
+        "_NEW_SPAN": new_timedelta,
         "set": set,
         "range": range,
     }
@@ -353,7 +352,7 @@ class _Source:
         self._after.append(f"{a}, {b} = divmod({ns}, 1000)")
         if tag == 10:
             self._after += [
-                f"{var} = _SPAN(0, 0, {a})",
+                f"{var} = _NEW_SPAN(_SPAN, 0, 0, {a})",
                 f"{var}._nanos = {b}",
                 f"{var}._ns = {ns}",
             ]
@@ -363,7 +362,7 @@ class _Source:
         self._after += [
             f"{a}, {c} = divmod({a}, 60000000)",
             f"{a} = _BASES.get({a}) or _minute_base({a})",
-            f"{var} = _TS(({a} + {c} + {c} // 1000000 * 15777216).to_bytes(10, 'big'), _UTC)",
+            f"{var} = _NEW_TS(_TS, ({a} + {c} + {c} // 1000000 * 15777216).to_bytes(10, 'big'), _UTC)",
             f"{var}._nanos = {b}",
             f"{var}._ns = {ns}",
         ]

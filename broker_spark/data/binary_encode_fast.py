@@ -34,13 +34,21 @@ from types import CodeType, FunctionType
 from typing import Any
 
 from broker_spark.data import binary_encode as _be
-from broker_spark.data.binary_shape import ANY, MAX_DEPTH, MAX_NODES, SET, VEC, Shape, merge
+from broker_spark.data.binary_shape import (
+    ANY,
+    MAX_DEPTH,
+    MAX_NODES,
+    SET,
+    VEC,
+    Shape,
+    compiled,
+    merge,
+)
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 
 __all__ = ["KINDS", "WRITERS", "Miss", "compile_writer", "learn", "shape_of"]
 
 _KEYS_MAX = 1024
-_SHAPES_MAX = 256
 _MISSES_MAX = 16
 
 Writer = Callable[[tuple], bytes]
@@ -155,11 +163,7 @@ def _head_and_body(value: tuple) -> Any:
 
 def _writer_for(name: str, fmt: int, kind: int, body: Shape) -> Writer:
     """The writer for messages named ``name``: the body's code with the head bound."""
-    code = _COMPILED.get(body)
-    if code is None:
-        if len(_COMPILED) >= _SHAPES_MAX:
-            _COMPILED.clear()
-        code = _COMPILED[body] = compile_writer(body)
+    code = compiled(_COMPILED, body, compile_writer)
     namespace = dict(code[1])
     namespace["_C0"] = fmt
     namespace["_C1"] = kind

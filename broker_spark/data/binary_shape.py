@@ -31,7 +31,18 @@ from typing import Any
 
 from broker_spark.data.varbyte import read_varbyte
 
-__all__ = ["ANY", "MAX_DEPTH", "MAX_NODES", "SET", "TABLE", "VEC", "depth_of", "merge", "scan"]
+__all__ = [
+    "ANY",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "SET",
+    "TABLE",
+    "VEC",
+    "compiled",
+    "depth_of",
+    "merge",
+    "scan",
+]
 
 ANY = -1
 VEC = "vec"
@@ -47,6 +58,21 @@ Shape = Any
 
 # Encoded size of each fixed-size leaf, by tag (strings and enums are variable).
 _FIXED = {0: 1, 1: 2, 2: 9, 3: 9, 4: 9, 6: 17, 7: 18, 8: 4, 9: 9, 10: 9}
+
+
+#: Compiled functions kept per codec (one per shape); the cache is emptied when full.
+COMPILED_MAX = 256
+
+
+def compiled(cache: dict[Shape, Any], shape: Shape, compile_shape: Any) -> Any:
+    """``compile_shape(shape)``, remembered in ``cache`` (bounded by :data:`COMPILED_MAX`):
+    many names and heads share a layout, and compiling costs far more than a lookup."""
+    code = cache.get(shape)
+    if code is None:
+        if len(cache) >= COMPILED_MAX:
+            cache.clear()
+        code = cache[shape] = compile_shape(shape)
+    return code
 
 
 def merge(a: Shape, b: Shape) -> Shape:
