@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import socket
 import uuid
-from pathlib import Path
 
 import pytest
+from recorded import VECTORS
 from test_peering_support import LOCAL, make_endpoint, next_matching, peering
 
 import broker_spark as broker
@@ -26,7 +26,6 @@ from broker_spark.protocol.messages import decode_node_message, encode_pong_for,
 
 pytestmark = pytest.mark.timeout(30)
 
-VECTORS = Path(__file__).resolve().parent / "vectors"
 C2S = (VECTORS / "broker-v1-session.c2s.bin").read_bytes()
 S2C = (VECTORS / "broker-v1-session.s2c.bin").read_bytes()
 ACCEPTOR_ID = uuid.UUID("9679fa7a-f4b3-56fa-9f99-5d32671b20c5")

@@ -7,7 +7,6 @@ and every frame of the recorded Broker sessions is decoded and re-encoded.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import struct
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded import VECTORS
 
 from broker_spark.errors import EC, DecodeError, EncodeError, ProtocolError
 from broker_spark.protocol.framing import FrameDecoder, encode_frame
@@ -491,20 +491,6 @@ def test_mutated_envelopes_raise_only_decode_errors(label: str, noise: bytes, at
 # -- the recorded sessions ------------------------------------------------------------
 
 
-def _vectors_dir() -> Path | None:
-    env = os.environ.get("BROKER_SPARK_VECTORS")
-    for cand in ([Path(env)] if env else []) + [
-        Path(__file__).parent / "vectors",
-        Path("/work/shared/vectors"),
-    ]:
-        if (cand / "broker-v1-session.c2s.bin").is_file():
-            return cand
-    return None
-
-
-VECTORS = _vectors_dir()
-needs_vectors = pytest.mark.skipif(VECTORS is None, reason="recorded sessions not available")
-
 TYPES = "/types"
 MASTER = "kv/<$>/data/master"
 CLONE = "kv/<$>/data/clone"
@@ -559,11 +545,9 @@ RECORDED = {
 
 
 def recorded_frames(name: str) -> list[bytes]:
-    assert VECTORS is not None
     return FrameDecoder(max_frame_size=4096).feed((VECTORS / name).read_bytes())
 
 
-@needs_vectors
 @pytest.mark.parametrize("name", sorted(RECORDED))
 def test_recorded_session_every_frame(name: str) -> None:
     handshake, envelopes = RECORDED[name]
@@ -600,7 +584,6 @@ def test_recorded_session_every_frame(name: str) -> None:
         assert with_sender_and_ttl(body, msg.sender, msg.ttl) == body
 
 
-@needs_vectors
 def test_recorded_goodbye_and_routing_update_rebuilt_from_fields() -> None:
     token = bye_token(BYE_ID)
     c2s = recorded_frames("broker-v1-session.c2s.bin")
@@ -619,7 +602,6 @@ def test_recorded_goodbye_and_routing_update_rebuilt_from_fields() -> None:
     assert c2s[5] == encode_routing_update(C, D, ["/reply", CLONE])
 
 
-@needs_vectors
 def test_recorded_command_sequence_numbers() -> None:
     """The writer's commands count up from the handshake: proves the payload boundaries."""
     seqs = [
