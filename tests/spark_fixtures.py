@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -81,6 +82,13 @@ def hub() -> Iterator[broker.Endpoint]:
         yield endpoint
     finally:
         endpoint.shutdown()
+
+
+def free_port() -> int:
+    """A local port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:

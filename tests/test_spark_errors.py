@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
 import spark_fixtures
-from spark_fixtures import running
+from spark_fixtures import free_port, running
 
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
-
-
-def _closed_port() -> int:
-    """A local port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stream(spark: Any, schema: str | None = None, **options: str) -> Any:
@@ -58,7 +50,7 @@ def _fails_at_start(df: Any, message: str) -> None:
 
 
 def test_unreachable_peer_fails_the_query_at_start(spark: Any) -> None:
-    port = _closed_port()
+    port = free_port()
     df = _stream(spark, topics="a", peer=f"127.0.0.1:{port}", **{"ssl.disable": "true"})
     _fails_at_start(df, rf"option peer='127.0.0.1:{port}': cannot peer")
 
@@ -99,6 +91,6 @@ def test_writer_errors(spark: Any) -> None:
     money = spark.createDataFrame([(1,)], "n BIGINT").selectExpr("CAST(n AS DECIMAL(5, 1)) AS d")
     with pytest.raises(Exception, match=r"column d"):
         _write(money, topic="t", peer="127.0.0.1:9")
-    port = _closed_port()
+    port = free_port()
     with pytest.raises(Exception, match=rf"option peer='127.0.0.1:{port}': cannot peer"):
         _write(rows, topic="t", peer=f"127.0.0.1:{port}", **{"ssl.disable": "true"})

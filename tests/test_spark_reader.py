@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 
 import pytest
 import spark_fixtures
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from spark_fixtures import wait_for
+from spark_fixtures import free_port, wait_for
 
 import broker_spark as broker
 from broker_spark import zeek
@@ -276,9 +275,7 @@ def test_offsets_are_stable_json() -> None:
 
 def test_listen_for_a_peer_with_tls() -> None:
     """A Zeek node may peer with the query (``listen``); TLS is on by default (anonymous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     opts = parse_reader_options({"topics": "zeek/", "listen": f"127.0.0.1:{port}"})
     reader = BrokerStreamReader(opts, default_schema())
     node = broker.Endpoint()  # default configuration: TLS
@@ -310,9 +307,7 @@ def test_mutual_tls_through_the_ssl_options(tmp_path) -> None:
         if name == "spark":
             encrypted = pair.key_pem_encrypted("s3cret")
             files["spark.key"] = write_pem(tmp_path / "spark.enc.key", encrypted)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     opts = parse_reader_options(
         {
             "topics": "zeek/",

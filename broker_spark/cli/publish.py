@@ -245,17 +245,16 @@ def _generate(args: argparse.Namespace, publisher: Any) -> int:
     with stop_on_signals() as stop:
         while not stop.is_set():
             now = time.monotonic()
-            if end is not None and now >= end:
-                due = total - published
-            else:
-                due = int(args.rate * (now - start)) - published
-                if total is not None:
-                    due = min(due, total - published)
+            finished = end is not None and now >= end
+            target = total if finished else int(args.rate * (now - start))
+            if total is not None:
+                target = min(target, total)
+            due = target - published
             if due > 0:
                 publisher.publish_batch(*events.batch(due))
                 published += due
                 progress.add(due)
-            if end is not None and now >= end:
+            if finished:
                 break
             stop.wait(0.05)
     progress.done()

@@ -45,7 +45,16 @@ from types import CodeType, FunctionType
 from typing import Any
 
 from broker_spark.data import binary_decode as _bd
-from broker_spark.data.binary_shape import ANY, SET, VEC, Shape, compiled, merge, scan
+from broker_spark.data.binary_shape import (
+    ANY,
+    SET,
+    VEC,
+    Shape,
+    compile_function,
+    compiled,
+    merge,
+    scan,
+)
 from broker_spark.data.types import (
     UTC,
     Count,
@@ -473,9 +482,6 @@ def compile_reader(body: Shape) -> tuple[CodeType, dict[str, Any]]:
     w.emit(f"return (_C0, _C1, {expr})")
     source = "def reader(buf, p):\n" + "\n".join(w.lines) + "\n"
     namespace = _namespace()
-    namespace["__source__"] = source  # for debugging and tests
     for fmt, unpack in w.structs.items():
         namespace[unpack] = struct.Struct(fmt).unpack_from
-    module: dict[str, Any] = {}
-    exec(compile(source, "<binary reader>", "exec"), namespace, module)
-    return module["reader"].__code__, namespace
+    return compile_function(source, namespace, "binary reader"), namespace

@@ -41,6 +41,7 @@ from broker_spark.data.binary_shape import (
     SET,
     VEC,
     Shape,
+    compile_function,
     compiled,
     merge,
 )
@@ -351,11 +352,8 @@ def compile_writer(body: Shape) -> tuple[CodeType, dict[str, Any]]:
     w.emit(f"return b''.join([{', '.join(w.pieces)}])")
     source = "def writer(value):\n" + "\n".join(w.lines) + "\n"
     namespace = _namespace()
-    namespace["__source__"] = source  # for debugging and tests
     for fmt, pack in w.structs.items():
         namespace[pack] = struct.Struct(fmt).pack
     for types, name in w.type_tuples.items():
         namespace[name] = types
-    module: dict[str, Any] = {}
-    exec(compile(source, "<binary writer>", "exec"), namespace, module)
-    return module["writer"].__code__, namespace
+    return compile_function(source, namespace, "binary writer"), namespace

@@ -39,6 +39,7 @@ __all__ = [
     "TABLE",
     "VEC",
     "compiled",
+    "compile_function",
     "depth_of",
     "merge",
     "scan",
@@ -73,6 +74,16 @@ def compiled(cache: dict[Shape, Any], shape: Shape, compile_shape: Any) -> Any:
             cache.clear()
         code = cache[shape] = compile_shape(shape)
     return code
+
+
+def compile_function(source: str, namespace: dict[str, Any], label: str) -> Any:
+    """The code of the one function ``source`` defines, its globals being ``namespace``
+    (which also keeps the source, under ``__source__``, for debugging and tests)."""
+    namespace["__source__"] = source
+    module: dict[str, Any] = {}
+    exec(compile(source, f"<{label}>", "exec"), namespace, module)
+    (function,) = module.values()
+    return function.__code__
 
 
 def merge(a: Shape, b: Shape) -> Shape:

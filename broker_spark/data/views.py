@@ -20,9 +20,6 @@ from broker_spark.data.value import RawData, as_element, from_py, render
 
 __all__ = ["Set", "Table", "Vector"]
 
-_key = as_element  # a set element or table key as the owner stores it
-_render = render
-
 
 def _element(value: Any) -> RawData:
     """A bare ``Data`` around a value that is valid already (no second validation)."""
@@ -48,17 +45,17 @@ class Set:
         return len(self._owner.value)
 
     def __contains__(self, item: object) -> bool:
-        return _key(item) in self._owner.value
+        return as_element(item) in self._owner.value
 
     def add(self, item: Any) -> None:
-        self._owner.value.add(_key(item))
+        self._owner.value.add(as_element(item))
 
     def remove(self, item: Any) -> None:
         """Remove ``item`` (a ``Data`` or a Python value); ``KeyError`` if it is absent."""
-        self._owner.value.remove(_key(item))
+        self._owner.value.remove(as_element(item))
 
     def discard(self, item: Any) -> None:
-        self._owner.value.discard(_key(item))
+        self._owner.value.discard(as_element(item))
 
     def clear(self) -> None:
         self._owner.value.clear()
@@ -67,7 +64,7 @@ class Set:
         return self._owner.value
 
     def __str__(self) -> str:
-        return "Set{" + ", ".join(map(_render, sorted_values(self._owner.value))) + "}"
+        return "Set{" + ", ".join(map(render, sorted_values(self._owner.value))) + "}"
 
     __repr__ = __str__
 
@@ -83,16 +80,16 @@ class Table:
         self._owner = owner
 
     def __getitem__(self, key: Any) -> RawData:
-        return _element(self._owner.value[_key(key)])
+        return _element(self._owner.value[as_element(key)])
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._owner.value[_key(key)] = from_py(value)
+        self._owner.value[as_element(key)] = from_py(value)
 
     def __delitem__(self, key: Any) -> None:
-        del self._owner.value[_key(key)]
+        del self._owner.value[as_element(key)]
 
     def __contains__(self, key: object) -> bool:
-        return _key(key) in self._owner.value
+        return as_element(key) in self._owner.value
 
     def __len__(self) -> int:
         return len(self._owner.value)
@@ -114,7 +111,7 @@ class Table:
 
     def __str__(self) -> str:
         pairs = sorted_items(self._owner.value)
-        return "Table{" + ", ".join(f"{_render(k)}: {_render(v)}" for k, v in pairs) + "}"
+        return "Table{" + ", ".join(f"{render(k)}: {render(v)}" for k, v in pairs) + "}"
 
     __repr__ = __str__
 
@@ -151,6 +148,6 @@ class Vector:
         return self._owner.value
 
     def __str__(self) -> str:
-        return "Vector[" + ", ".join(map(_render, self._owner.value)) + "]"
+        return "Vector[" + ", ".join(map(render, self._owner.value)) + "]"
 
     __repr__ = __str__

@@ -47,7 +47,6 @@ __all__ = [
     "WebSocketLink",
     "close_connection",
     "close_now",
-    "drop_transport",
 ]
 
 #: WebSocket close codes we use (RFC 6455): normal, going away (shutdown),
@@ -271,7 +270,7 @@ async def close_connection(
 
 def close_now(ws: Any, code: int, reason: str) -> None:
     """Close ``ws`` at once, without waiting: its close frame if it is still open, then the
-    transport (:func:`drop_transport`). What a cancelled or aborted close falls back to, so a
+    transport (:func:`_drop_transport`). What a cancelled or aborted close falls back to, so a
     peer learns why even from an endpoint that is shutting down."""
     from websockets.protocol import State
 
@@ -279,22 +278,22 @@ def close_now(ws: Any, code: int, reason: str) -> None:
         if ws.protocol.state is State.OPEN:
             ws.protocol.send_close(code, reason)
             ws.send_data()
-    drop_transport(getattr(ws, "transport", None))
+    _drop_transport(getattr(ws, "transport", None))
 
 
-def drop_transport(transport: Any) -> None:
+def _drop_transport(transport: Any) -> None:
     """Close ``transport`` now: gracefully when nothing waits to be sent, else abort.
 
     An abort resets the connection, and a peer that receives the reset before
     it has read our close frame loses the frame (it sees a dropped connection,
     not code 1001); a plain close sends what is written and then a FIN, at once
-    when the buffer is empty. Only a peer that does not read, leaving data
-    queued, is aborted, so nothing waits on it.
+    when the buffer is empty. A peer that does not read, leaving data queued
+    (also behind an earlier close), is aborted, so nothing waits on it.
     """
-    if transport is None or transport.is_closing():
+    if transport is None:
         return
     if transport.get_write_buffer_size() == 0:
-        transport.close()
+        transport.close()  # (idempotent)
     else:
         transport.abort()
 
