@@ -1,0 +1,272 @@
+"""Zeek's JSON log lines for many records at once, built column by column with Arrow.
+
+Every value's text is made of *pieces*: strings picked by index out of arrays
+(a column's texts cast by an Arrow kernel, a table of the 256 octets, a few
+constants). A line is ``{``, then per value a joint piece (the previous
+value's closing quote or bracket, a comma, the key, an opening quote), the
+value's pieces, and finally ``}``. One ``take`` gathers every row's pieces and
+one ``binary_join`` concatenates them: two copies of each byte, in C, and
+Python work per column, not per row.
+
+Values whose text needs more than a kernel can do (strings with bytes other
+than printable ASCII, ``"`` or ``\\``; doubles Arrow would print with an
+exponent; the IPv6 addresses Zeek writes with an IPv4 tail; ISO 8601 times)
+are spelt one at a time by :mod:`~broker_spark.zeek.text`, exactly as
+:mod:`~broker_spark.zeek.json_log` spells them for one record, which the
+tests hold the two to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from broker_spark.zeek.arrow_columns import ipv6_strings, printable_rows, raw_texts
+from broker_spark.zeek.columns import ColumnData, DecodedBlock
+from broker_spark.zeek.text import (
+    TIMESTAMP_FORMATS,
+    format_double,
+    format_time,
+    json_quote,
+    zeek_text,
+)
+from broker_spark.zeek.types import TEXT_TAGS, TypeTag
+
+__all__ = ["Texts", "double_texts", "render_block", "value_texts"]
+
+_STRING = pa.string()
+_OCTETS = pa.array([str(i) for i in range(256)], _STRING)
+_OCTETS_DOT = pa.array([f"{i}." for i in range(256)], _STRING)
+_CONSTANTS = pa.array(["true", "false", ".0", "/", "null"], _STRING)
+_TRUE, _FALSE, _POINT_ZERO, _SLASH, _NULL = range(5)
+
+
+@dataclass
+class Texts:
+    """A column's JSON texts: row ``r`` is ``before``, then ``array[index[r]]`` for each
+    ``(array, index)`` of ``parts`` whose index is not -1, then ``after``."""
+
+    parts: list[tuple[pa.Array, np.ndarray]]
+    before: str = ""
+    after: str = ""
+    rows: int = field(default=0)
+
+
+def _whole(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    return arr, np.arange(len(arr), dtype=np.int64)
+
+
+def _replace(arr: pa.Array, rows: np.ndarray, texts: Sequence[str]) -> pa.Array:
+    """``arr`` with the entries at ``rows`` replaced by ``texts``."""
+    if not len(rows):
+        return arr
+    mask = np.zeros(len(arr), dtype=bool)
+    mask[rows] = True
+    return pc.replace_with_mask(arr, pa.array(mask), pa.array(list(texts), arr.type))
+
+
+def double_texts(values: np.ndarray) -> Texts:
+    """Doubles as rapidjson writes them (``format_double``), in bulk."""
+    values = values.astype(np.float64, copy=False)
+    text = pa.array(values).cast(_STRING)
+    finite = np.isfinite(values)
+    # Arrow writes integral doubles without a decimal point ("3600"), rapidjson adds ".0";
+    # literal searches, as a regular expression would be compiled on every call
+    spelled = pc.or_(pc.match_substring(text, "."), pc.match_substring(text, "e"))
+    integral = np.asarray(spelled.to_numpy(zero_copy_only=False), dtype=bool)
+    integral = ~integral & finite
+    odd = ~finite | np.asarray(
+        pc.match_substring(text, "e+").to_numpy(zero_copy_only=False), dtype=bool
+    )
+    rows = np.flatnonzero(odd)
+    text = _replace(text, rows, [format_double(float(values[i])) for i in rows])
+    suffix = np.where(integral, _POINT_ZERO, -1)
+    return Texts([_whole(text), (_CONSTANTS, suffix)])
+
+
+def _text_json(buf: np.ndarray, col: ColumnData) -> pa.Array:
+    """Texts as the inside of JSON strings: printable ASCII without quotes or backslashes
+    in bulk, the others one at a time (Zeek's escaping, then JSON's)."""
+    data, offsets = raw_texts(buf, col)
+    safe = printable_rows(data, offsets, extra=b'"\\')
+    n = len(offsets) - 1
+    large = int(offsets[-1]) >= (1 << 31) - 1
+    kind = pa.large_binary() if large else pa.binary()
+    offs = offsets if large else offsets.astype(np.int32)
+    raw = pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+    fix = np.flatnonzero(~safe)
+    if not len(fix):
+        return raw.cast(_STRING)
+    texts = [json_quote(zeek_text(raw[int(i)].as_py()))[1:-1] for i in fix]
+    blank = pc.replace_with_mask(raw, pa.array(~safe), pa.array([b""] * len(fix), kind))
+    return _replace(blank.cast(_STRING), fix, texts)
+
+
+def _addr_parts(buf: np.ndarray, col: ColumnData) -> list[tuple[pa.Array, np.ndarray]]:
+    """An address as pieces: IPv4 as four octets from a table, IPv6 as one text."""
+    assert col.starts is not None and col.lengths is not None
+    v4 = col.present & (col.lengths == 4)
+    at = np.where(v4, col.starts, 0)
+    octet = [buf[at + k].astype(np.int64) for k in range(4)]
+    parts = [(_OCTETS_DOT, np.where(v4, octet[k], -1)) for k in range(3)]
+    parts.append((_OCTETS, np.where(v4, octet[3], -1)))
+    v6 = np.flatnonzero(col.present & (col.lengths == 16))
+    if len(v6):
+        raw = buf[col.starts[v6][:, None] + np.arange(16)]
+        index = np.full(len(v4), -1, dtype=np.int64)
+        index[v6] = np.arange(len(v6))
+        parts.append((ipv6_strings(raw), index))
+    return parts
+
+
+def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> Texts:
+    """The JSON text of every entry of a column (absent entries: anything; callers skip)."""
+    tag = col.tag
+    n = len(col.present)
+    if tag is TypeTag.BOOL:
+        return Texts([(_CONSTANTS, np.where(col.values != 0, _TRUE, _FALSE))])
+    if tag in (TypeTag.INT, TypeTag.COUNT, TypeTag.PORT):
+        kind = {TypeTag.INT: np.int64, TypeTag.COUNT: np.uint64, TypeTag.PORT: np.uint16}[tag]
+        return Texts([_whole(pa.array(col.values.astype(kind)).cast(_STRING))])
+    if tag in (TypeTag.DOUBLE, TypeTag.INTERVAL) or (tag is TypeTag.TIME and timestamps == "epoch"):
+        return double_texts(col.values)
+    if tag is TypeTag.TIME:
+        texts = [format_time(float(v), timestamps) for v in col.values]
+        return Texts([_whole(pa.array(texts, _STRING))])
+    if tag in TEXT_TAGS:
+        return Texts([_whole(_text_json(buf, col))], '"', '"')
+    if tag is TypeTag.ADDR:
+        return Texts(_addr_parts(buf, col), '"', '"')
+    if tag is TypeTag.SUBNET:
+        assert col.prefix is not None
+        prefix = np.where(col.present, np.clip(col.prefix, 0, 255), -1)
+        parts = [*_addr_parts(buf, col), (_CONSTANTS, np.full(n, _SLASH)), (_OCTETS, prefix)]
+        return Texts(parts, '"', '"')
+    if tag in (TypeTag.TABLE, TypeTag.VECTOR):
+        assert col.elements is not None and col.counts is not None
+        element = value_texts(buf, col.elements, timestamps)
+        inner = _join(
+            [(element, col.elements.present)], len(col.elements.present), nulls=True, braces=None
+        )
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(col.counts, out=offsets[1:])
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), inner), ",")
+        return Texts([_whole(joined)], "[", "]")
+    raise ValueError(f"no Zeek JSON for column type {col.zeek_type}")
+
+
+def _join(
+    columns: Sequence[tuple[Texts, np.ndarray]],
+    n: int,
+    keys: Sequence[str] | None = None,
+    nulls: bool = False,
+    braces: tuple[str, str] | None = ("{", "}"),
+) -> pa.Array:
+    """``n`` strings, each the concatenation of its row's pieces.
+
+    With ``keys``, a row is an object: ``{``, then ``key:value`` for each column
+    present in it (all columns with ``nulls``, absent ones as ``null``), comma
+    separated, then ``}``. Without, a row is its one column's value (``null``
+    where absent when ``nulls``), for the elements of sets and vectors.
+    """
+    pool: list[str] = []
+    found: dict[str, int] = {}
+
+    def piece(text: str) -> int:
+        at = found.get(text)
+        if at is None:
+            at = found[text] = len(pool)
+            pool.append(text)
+        return at
+
+    arrays: list[pa.Array] = []
+    width = sum(len(t.parts) for t, _ in columns) + len(columns) + 1
+    idx = np.full((n, width), -1, dtype=np.int64)
+    afters = sorted({t.after for t, _ in columns} | {""})
+    after_id = {a: i for i, a in enumerate(afters)}
+    pending = np.full(n, -1, dtype=np.int64)  # the after-id of the row's last value
+    slot = 0
+    opening = braces[0] if braces else ""
+    for c, (texts, has) in enumerate(columns):
+        shown = np.ones(n, dtype=bool) if nulls else has
+        label = "" if keys is None else keys[c] + ":"
+        joints = np.array(
+            [piece(opening + label + texts.before)]
+            + [piece(a + "," + label + texts.before) for a in afters],
+            dtype=np.int64,
+        )
+        joint = joints[pending + 1]
+        if nulls:
+            bare = np.array(
+                [piece(opening + label + "null")]
+                + [piece(a + "," + label + "null") for a in afters],
+                dtype=np.int64,
+            )
+            joint = np.where(has, joint, bare[pending + 1])
+        if keys is None:  # one value per row: no separators, no braces
+            joint = np.where(has, piece(texts.before), piece("null") if nulls else -1)
+        idx[:, slot] = np.where(shown, joint, -1)
+        slot += 1
+        for array, index in texts.parts:
+            arrays.append(array)
+            idx[:, slot] = np.where(has & (index >= 0), index, -1)
+            slot += 1
+        if keys is None:
+            pending = np.where(has, after_id[texts.after], -1)
+        else:
+            pending = np.where(has, after_id[texts.after], np.where(shown, after_id[""], pending))
+    closing = braces[1] if braces else ""
+    ends = np.array(
+        [piece((opening + closing) if keys is not None else "")]
+        + [piece(a + closing) for a in afters],
+        dtype=np.int64,
+    )
+    idx[:, slot] = ends[pending + 1]
+    # turn per-array indices into positions in one array: the pool, then every part's array
+    base = len(pool)
+    slot = 1
+    for texts, _has in columns:
+        for array, _index in texts.parts:
+            column = idx[:, slot]
+            idx[:, slot] = np.where(column >= 0, column + base, -1)
+            base += len(array)
+            slot += 1
+        slot += 1
+    keep = idx >= 0
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(keep.sum(axis=1), out=offsets[1:])
+    every = pa.concat_arrays([pa.array(pool, _STRING), *arrays])
+    pieces = pc.take(every, pa.array(idx[keep]))
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), pieces), "")
+
+
+def render_block(
+    decoded: DecodedBlock,
+    names: Sequence[str],
+    timestamps: str = "epoch",
+    include_unset: bool = False,
+    first: tuple[str, pa.Array] | None = None,
+) -> pa.Array:
+    """The JSON line of every record of ``decoded`` (entries of records that are not
+    ``ok`` are meaningless; callers render those one at a time).
+
+    ``first`` is a key and a string array of JSON texts to put first in every line
+    (``broker-spark logs`` puts ``"_path"`` there).
+    """
+    if timestamps not in TIMESTAMP_FORMATS:
+        raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMP_FORMATS)}")
+    buf = decoded.block.buf
+    n = len(decoded.block)
+    columns: list[tuple[Texts, np.ndarray]] = []
+    keys: list[str] = []
+    if first is not None:
+        keys.append(json_quote(first[0]))
+        columns.append((Texts([_whole(first[1])]), np.ones(n, dtype=bool)))
+    for name, col in zip(names, decoded.columns, strict=False):
+        keys.append(json_quote(zeek_text(name)))
+        columns.append((value_texts(buf, col, timestamps), col.present))
+    return _join(columns, n, keys, nulls=include_unset)
