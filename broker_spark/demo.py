@@ -1,28 +1,30 @@
-"""``make demo`` / ``broker-spark demo``: Zeek-like events through Spark and back into Broker.
+"""``make demo`` / ``broker-spark demo``: Zeek's conn log through Spark and back into Broker.
 
 What runs, all in this process and on loopback unless told otherwise:
 
 1. a Broker node (an :class:`~broker_spark.Endpoint` listening, TLS by
    default) that holds the master of the store ``demo-summary`` and
    subscribes to ``/demo/summary``;
-2. a local SparkSession with a structured-streaming query that reads the
-   connection events with ``spark.readStream.format("broker")`` (a typed
-   schema over Zeek events), counts connections and bytes per service per
-   10-second window, prints each update, and writes the updates back with
+2. a local SparkSession with a structured-streaming query that reads Zeek's
+   conn log with ``spark.readStream.format("broker")`` and ``format=zeek-logs``
+   (typed columns), counts connections and bytes per service per 10-second
+   window, prints each update, and writes the updates back with
    ``format("broker")`` to the topic and to the store
    (:mod:`~broker_spark.demo_spark`);
 3. once the query's endpoint has subscribed, a thread publishing synthetic
-   connection events at a steady rate (:mod:`~broker_spark.demo_events`),
+   connection records as a Zeek does (a LogCreate, then Batches of LogWrites
+   on ``zeek/logs/Conn::LOG``) at a steady rate (:mod:`~broker_spark.demo_events`),
    for ``--seconds``; Spark's start-up is not part of that minute.
 
 Then it waits for Spark to read the rest, stops the query, reads the store
-back as a table, prints a summary and checks it: every event read, every
+back as a table, prints a summary and checks it: every record read, every
 summary back on the topic, the store holding the last value of every window.
 Exit status 0 when all of that holds, 1 with one line per problem otherwise.
 
-With ``--peer HOST:PORT`` the events come from another node (say a Zeek
-publishing on ``--topic``) and the demo generates none; ``--master`` runs
-the query on a cluster, whose executors reach the node at ``--advertise``.
+With ``--peer HOST:PORT`` the conn log comes from another node (a Zeek, or
+a node a Zeek logs to, on ``--topic``) and the demo generates none;
+``--master`` runs the query on a cluster, whose executors reach the node at
+``--advertise``.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class DemoOptions:
     quiet: bool = False
     master: str = "local[2]"
     peer: str | None = None
-    topic: str = "/zeek/demo/conn"
+    topic: str = "zeek/logs/"
     listen: str = "127.0.0.1:0"
     advertise: str | None = None
     plain: bool = False
@@ -86,7 +88,7 @@ class DemoOptions:
 class DemoResult:
     """What happened, for the summary and for tests."""
 
-    published: int | None = None  # None: the events came from --peer
+    published: int | None = None  # None: the records came from --peer
     publish_seconds: float = 0.0
     rows_read: int = 0
     batches: int = 0
@@ -117,16 +119,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--seconds", type=float, default=d.seconds, help="how long to publish (%(default)s)"
     )
     parser.add_argument(
-        "--rate", type=float, default=d.rate, help="events per second (%(default)s)"
+        "--rate", type=float, default=d.rate, help="conn records per second (%(default)s)"
     )
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     parser.add_argument("--master", default=d.master, help="Spark master URL (%(default)s)")
     parser.add_argument(
         "--peer",
         metavar="HOST:PORT",
-        help="read the events from this node (which publishes them) instead of generating them",
+        help="read the conn log from this node (a Zeek, or a node it logs to) "
+        "instead of generating it",
     )
-    parser.add_argument("--topic", default=d.topic, help="topic of the events (%(default)s)")
+    parser.add_argument(
+        "--topic", default=d.topic, help="where the logs arrive (topic prefix, %(default)s)"
+    )
     parser.add_argument(
         "--listen",
         metavar="HOST:PORT",

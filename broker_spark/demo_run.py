@@ -61,6 +61,8 @@ class DemoRun:
         self.writer_options = {"peer": node_address, **wiring.ssl_options}
         self.reader_options = {"peer": options.peer or node_address, **wiring.ssl_options}
         self.summaries = node.make_subscriber(SUMMARY_TOPIC, qsize=1 << 16)
+        # a Zeek sends its LogCreates to every new peer; the generator does the same
+        self.peers_added = node.make_status_subscriber(receive_statuses=True)
         self.master = node.attach_master(STORE_NAME)
         self.sink = SummarySink(
             self.writer_options, SUMMARY_TOPIC, STORE_NAME, None if options.quiet else say
@@ -87,6 +89,7 @@ class DemoRun:
                     self.publisher.stop()
                 self._stop_query()
                 self.summaries.reset()
+                self.peers_added.reset()
             if not self.stop.is_set():
                 self._read_store()
         self.result.interrupted = self.stop.is_set()
@@ -98,10 +101,12 @@ class DemoRun:
     # --- phases ----------------------------------------------------------------------------
 
     def _start_query(self) -> None:
-        from broker_spark.demo_spark import read_events, windowed_totals
+        from broker_spark.demo_spark import read_conn_log, windowed_totals
 
         t = time.monotonic()
-        events = read_events(self.spark, self.reader_options, self.options.topic)
+        events = read_conn_log(
+            self.spark, self.reader_options, self.options.topic, learn=bool(self.options.peer)
+        )
         checkpoint = self.options.checkpoint or str(self.scratch / "checkpoint")
         self.query = (
             windowed_totals(events)
@@ -130,19 +135,26 @@ class DemoRun:
             if self.stop.wait(0.05):
                 return
         self.say(
-            f"query reading {self.options.topic} (format=zeek, typed schema) "
-            f"subscribed after {time.monotonic() - t:.1f} s"
+            f"query reading the conn log on {self.options.topic} (format=zeek-logs, typed "
+            f"columns) subscribed after {time.monotonic() - t:.1f} s"
         )
 
     def _publish(self) -> None:
-        from broker_spark.demo_events import EventPublisher
+        from broker_spark.demo_events import ConnectionLogs, EventPublisher
 
         o = self.options
         if not o.peer:
-            self.publisher = EventPublisher(self.node.publish_batch, o.rate, o.topic).start()
+            topic = o.topic.rstrip("/") + "/Conn::LOG"
+            self.publisher = EventPublisher(
+                self.node.publish_batch,
+                o.rate,
+                topic,
+                events=ConnectionLogs(),
+                peers_added=self.peers_added,
+            ).start()
             self.say(
-                f"publishing {o.rate:,.0f} events/s for {o.seconds:g} s; per service and "
-                f"10-second window: connections/bytes"
+                f"publishing {o.rate:,.0f} conn records/s on {topic} for {o.seconds:g} s; per "
+                f"service and 10-second window: connections/bytes"
             )
         else:
             self.say(
@@ -188,7 +200,7 @@ class DemoRun:
                 self.say(
                     "waiting for Spark's first micro-batch"
                     if self.result.published is None
-                    else f"waiting for Spark to read the last {published - seen:,} events"
+                    else f"waiting for Spark to read the last {published - seen:,} records"
                 )
             if self.stop.wait(0.1):
                 return
@@ -289,11 +301,11 @@ class DemoRun:
         r.summaries_match = self.received == self._latest()
         problems = r.problems
         if r.published is not None and r.published == 0:
-            problems.append("no events were published")
+            problems.append("no conn records were published")
         if r.rows_read == 0:
-            problems.append("Spark read no events")
+            problems.append("Spark read no conn records")
         elif r.published is not None and r.rows_read < r.published:
-            problems.append(f"Spark read only {r.rows_read} of {r.published} events")
+            problems.append(f"Spark read only {r.rows_read} of {r.published} conn records")
         if r.summaries_written == 0:
             problems.append("the query wrote no summaries")
         elif r.summaries_received < r.summaries_written:
@@ -320,7 +332,7 @@ class DemoRun:
             same = back = "not checked (interrupted)"
         return [
             "summary",
-            f"  events published           {published}",
+            f"  conn records published     {published}",
             f"  rows read by Spark         {r.rows_read:>10,}  in {r.batches} micro-batches "
             f"({r.rows_read / seconds:,.0f} rows/s)",
             f"  windows x services         {r.windows:>4} x {r.services:<3}  "

@@ -1,7 +1,7 @@
 """The Spark side of the demo: a quiet session, the windowed query and its foreachBatch sink.
 
-The query reads the connection events with ``format("broker")`` and a typed
-schema, counts connections and bytes per service per 10-second event-time
+The query reads Zeek's conn log with ``format("broker")`` and
+``format=zeek-logs`` (typed columns: ``ts``, ``service``, ``orig_bytes``...), counts connections and bytes per service per 10-second event-time
 window (with a watermark, so old windows' state is dropped) and hands every
 micro-batch's updated rows to :class:`SummarySink`, which prints them and
 writes them back to Broker twice with ``df.write.format("broker")``: to a
@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_spark.demo_events import EVENT_DDL
 from broker_spark.demo_table import SummaryRow, WindowTotals
 
 __all__ = [
@@ -34,7 +33,7 @@ __all__ = [
     "SummarySink",
     "build_session",
     "log4j_config",
-    "read_events",
+    "read_conn_log",
     "windowed_totals",
 ]
 
@@ -136,14 +135,16 @@ def windowed_totals(events: Any) -> Any:
     )
 
 
-def read_events(spark: Any, options: dict[str, str], topic: str) -> Any:
-    """The connection events as a streaming DataFrame of :data:`EVENT_DDL`."""
+def read_conn_log(spark: Any, options: dict[str, str], topic: str, learn: bool = False) -> Any:
+    """Zeek's conn log as a streaming DataFrame with its typed columns (``learn``: ask a
+    peered Zeek for its columns at load, as it may add some; else Zeek's standard ones)."""
     return (
         spark.readStream.format("broker")
         .options(**options)
         .option("topics", topic)
-        .option("format", "zeek")
-        .schema(EVENT_DDL)
+        .option("format", "zeek-logs")
+        .option("logs", "conn")
+        .option("schemaWait", "2" if learn else "0")
         .load()
     )
 

@@ -8,7 +8,7 @@ through the topic and the store with what Spark last said.
 
 Rendering is plain text, one line per updated window, a header now and then::
 
-    batch +events  window             dns        http        ssl        ...
+    batch   +conns  window             dns        http        ssl        ...
         3   4,012  07:33:20-07:33:30  1,603/ 290k  1,001/ 21M  ...
 
 Nothing here imports Spark: rows are plain tuples, so this is tested alone.
@@ -102,7 +102,7 @@ class WindowTotals:
         if columns != self._printed_header_for or self._lines_since_header >= HEADER_EVERY:
             names = [*columns, "other"] if other else columns
             lines.append(
-                f"{'batch':>5} {'+events':>7}  {'window':<17}  "
+                f"{'batch':>5} {'+conns':>7}  {'window':<17}  "
                 + "  ".join(f"{name[:11]:>11}" for name in names)
                 + f"  {'all':>12}"
             )

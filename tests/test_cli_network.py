@@ -89,14 +89,33 @@ def test_publish_through_the_websocket_api(node) -> None:
 
 def test_publish_generates_the_demo_events(node, capsys) -> None:
     ep, port, sub, _ = node
-    argv = ["publish", "/t/conn", "--generate", "conn", "--rate", "2000", "--seconds", "0.2"]
+    argv = ["publish", "/t/conn", "--generate", "conn-events", "--rate", "2000", "--seconds", "0.2"]
     assert main(argv + _peer(port)) == 0
     got = sub.get(400, 5.0)
     assert len(got) == 400 and sub.get(0.05) is None  # 2000/s for 0.2 s, exactly
     event = Event(got[0][1])
     assert event.name() == "conn" and len(event.args()) == 8
-    assert "published 400 messages on /t/conn" in capsys.readouterr().err
+    assert "published 400 events on /t/conn" in capsys.readouterr().err
     assert main(["publish", "/t", "1", "--generate", "conn", *_peer(port)]) == 2
+
+
+def test_publish_generates_conn_log_records_as_zeek_sends_them(node, capsys) -> None:
+    from broker_spark.zeek import Batch, LogCreate, as_message, standard_schema
+
+    ep, port, sub, _ = node
+    argv = ["publish", "/t/conn", "--generate", "conn", "--rate", "2000", "--seconds", "0.3"]
+    assert main(argv + _peer(port)) == 0
+    messages = []
+    while (item := sub.get(0.5)) is not None:
+        messages.append(as_message(item[1]))
+    assert isinstance(messages[0], LogCreate)
+    assert messages[0].schema() == standard_schema("conn")
+    batches = messages[1:]
+    assert all(isinstance(b, Batch) and 1 <= b.size() <= 400 for b in batches)
+    assert sum(b.size() for b in batches) == 600  # 2000/s for 0.3 s, exactly
+    record = batches[0].messages()[0].record(standard_schema("conn"))
+    assert record["service"] in {"dns", "http", "ssl", "smtp", "ssh"}
+    assert "published 600 records on /t/conn" in capsys.readouterr().err
 
 
 def test_subscribe_prints_json_lines(node, capsys) -> None:

@@ -143,7 +143,7 @@ def test_window_totals_keep_the_latest_and_count_what_was_added() -> None:
     assert (totals.windows, totals.services, totals.connections) == (2, ["dns", "http"], 12)
     assert totals.updates == 4
     lines = totals.render(3, added, windows)
-    assert lines[0].split() == ["batch", "+events", "window", "dns", "http", "all"]
+    assert lines[0].split() == ["batch", "+conns", "window", "dns", "http", "all"]
     assert lines[1].split() == ["3", "5", "03:04:00-03:04:10", "9/900", "2/20k", "11/21k"]
     assert lines[2].split() == ["03:04:10-03:04:20", "1/60", "-", "1/60"]
     # The header is not repeated while the columns stay the same.
@@ -289,7 +289,7 @@ def test_a_short_demo_run(spark: Any) -> None:
     text = "\n".join(lines)
     assert result.ok, f"{result.problems}\n{text}"
     assert result.published is not None and 2000 <= result.published <= 2600
-    assert result.rows_read == result.published  # every event reached Spark
+    assert result.rows_read == result.published  # every record reached Spark
     assert result.window_connections == result.rows_read  # and was counted in a window
     assert result.windows >= 1 and result.services == len(SERVICES)
     assert result.windows <= result.window_totals <= result.windows * result.services
@@ -298,8 +298,8 @@ def test_a_short_demo_run(spark: Any) -> None:
     assert result.summaries_match  # the last message per window is Spark's last value
     assert result.summary_keys == result.store_entries == result.window_totals
     assert result.store_matches
-    assert "+events" in text and "summary" in text
-    assert f"events published {result.published:,} " in " ".join(text.split())
+    assert "+conns" in text and "summary" in text
+    assert f"conn records published {result.published:,} " in " ".join(text.split())
     assert not spark.streams.active  # the query is stopped
 
 

@@ -1,8 +1,8 @@
 """The ``broker-spark`` command (also ``python -m broker_spark``).
 
 Subcommands live one module each (``node``, ``publish``, ``subscribe``,
-``store``, ``network`` for status and topology, ``certs``, ``demo``,
-``bench``); each registers its parser and sets ``run``. This module builds
+``logs``, ``store``, ``network`` for status and topology, ``certs``,
+``demo``, ``bench``); each registers its parser and sets ``run``. This module builds
 the parser, sets up logging and turns every failure into one line on stderr
 and an exit status:
 
@@ -86,18 +86,29 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The complete parser, every subcommand registered (no side effects, cheap)."""
-    from broker_spark.cli import bench, certs, demo, network, node, publish, store, subscribe
+    from broker_spark.cli import (
+        bench,
+        certs,
+        demo,
+        logs,
+        network,
+        node,
+        publish,
+        store,
+        subscribe,
+    )
 
     parser = _Parser(
         top=True,
         prog=PROG,
         description="Zeek's Broker in pure Python, with a Spark data source: run nodes, "
-        "publish and subscribe, use data stores, inspect a network, run the demo.",
+        "publish and subscribe, follow Zeek's logs, use data stores, inspect a network, "
+        "run the demo.",
         epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (node, publish, subscribe, store, network, certs, demo, bench):
+    for module in (node, publish, subscribe, logs, store, network, certs, demo, bench):
         module.register(sub)
     return parser
 

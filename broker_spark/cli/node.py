@@ -81,6 +81,23 @@ def register(sub: Any) -> None:
         help="master a data store (memory, or SQLite at PATH; repeatable)",
     )
     p.add_argument("--clone", action="append", metavar="NAME", help="clone a data store")
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="write the Zeek logs that arrive into DIR, one JSON file per log, as Zeek's logger",
+    )
+    p.add_argument(
+        "--log-rotate",
+        type=positive_float,
+        metavar="SECONDS",
+        help="rotate the files of --log-dir this often, from local midnight (default 3600; 0: never)",
+    )
+    p.add_argument(
+        "--log-topic",
+        action="append",
+        metavar="TOPIC",
+        help="where the logs arrive (repeatable; default zeek/logs/)",
+    )
     p.add_argument("--ttl", type=int, help="hops a message may travel (default 16)")
     p.add_argument(
         "--no-forwarding", action="store_true", help="never forward messages between peers"
@@ -103,6 +120,9 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("forward", "forward"),
         ("master", "masters"),
         ("clone", "clones"),
+        ("log_dir", "log_dir"),
+        ("log_rotate", "log_rotate"),
+        ("log_topic", "log_topics"),
         ("cert", "certificate"),
         ("key", "key"),
         ("ca", "cafile"),
@@ -149,9 +169,23 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
     check_tls(config)
     endpoint = Endpoint(config)
     logger = None
+    sink = None
     try:
         errors = endpoint.make_status_subscriber()
         _say(f"node {endpoint.node_id()}")
+        if settings.log_dir:  # subscribed before any peering: peers learn it in the handshake
+            from broker_spark.cli.log_dir import LogDirectory, LogSink
+
+            directory = LogDirectory(settings.log_dir, settings.log_rotate)
+            sink = LogSink(endpoint, directory, settings.log_topics)
+            log.info(
+                "writing Zeek logs from %s into %s (%s)",
+                " ".join(settings.log_topics),
+                settings.log_dir,
+                f"rotated every {settings.log_rotate:g} s"
+                if settings.log_rotate
+                else "no rotation",
+            )
         if settings.forward:
             endpoint.forward(settings.forward)
         _attach_stores(endpoint, settings)
@@ -183,6 +217,8 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
     finally:
         if logger is not None:
             logger.stop()
+        if sink is not None:
+            sink.stop()
         endpoint.shutdown()
 
 

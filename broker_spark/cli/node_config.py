@@ -33,6 +33,11 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     [log]
     level = "info"
 
+    [logs]                        # write Zeek's logs received here into files, as its logger
+    dir = "zeek-logs"             # one PATH.log per log (conn.log, dns.log, ...)
+    rotate = 3600                 # seconds between rotations (0: never)
+    topics = ["zeek/logs/"]       # where the logs arrive
+
 Relative paths (certificates, SQLite files) are relative to the directory of
 the file, so a configuration works from any working directory. Unknown
 sections and keys are errors that name the key and the file (a typo must not
@@ -96,6 +101,9 @@ class NodeSettings:
     masters: list[StoreSpec] = field(default_factory=list)
     clones: list[str] = field(default_factory=list)
     log_level: str | None = None
+    log_dir: str | None = None  # write received Zeek logs into this directory
+    log_rotate: float = 3600.0
+    log_topics: list[str] = field(default_factory=lambda: ["zeek/logs/"])
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -189,7 +197,11 @@ def load_node_config(path: str | Path) -> NodeSettings:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     r = _Reader(path)
-    r.keys("the file", doc, ["endpoint", "websocket", "tls", "options", "master", "clone", "log"])
+    r.keys(
+        "the file",
+        doc,
+        ["endpoint", "websocket", "tls", "options", "master", "clone", "log", "logs"],
+    )
     s = NodeSettings()
     ep = r.keys("[endpoint]", doc.get("endpoint", {}), ["listen", "peers", "retry", "forward"])
     if "listen" in ep:
@@ -223,6 +235,15 @@ def load_node_config(path: str | Path) -> NodeSettings:
         if level not in LOG_LEVELS:
             raise r.fail(f"[log] level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
         s.log_level = level
+    logs = r.keys("[logs]", doc.get("logs", {}), ["dir", "rotate", "topics"])
+    if "dir" in logs:
+        s.log_dir = r.path_value("[logs]", "dir", logs["dir"])
+    rotate = r.typed("[logs]", "rotate", logs.get("rotate", s.log_rotate), (int, float))
+    if rotate < 0:
+        raise r.fail("[logs] rotate must be zero (never) or more seconds")
+    s.log_rotate = float(rotate)
+    if "topics" in logs:
+        s.log_topics = r.strings("[logs]", "topics", logs["topics"])
     try:
         s.configuration()  # option values checked now, with the file's name
     except ConfigError as exc:

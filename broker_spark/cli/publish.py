@@ -72,14 +72,21 @@ def register(sub: Any) -> None:
         "--progress", action="store_true", help="show progress on stderr even when not a terminal"
     )
     gen = p.add_argument_group(
-        "generating events",
-        "Instead of reading values: publish the demo's synthetic Zeek connection events "
-        "(conn(ts, uid, orig_h, resp_h, resp_p, service, orig_bytes, resp_bytes)) at a steady "
-        "rate, until --seconds or interrupted.",
+        "generating Zeek data",
+        "Instead of reading values: publish the demo's synthetic Zeek connections at a steady "
+        "rate, until --seconds or interrupted. conn: conn.log records as Zeek sends them (a "
+        "LogCreate, then Batches of LogWrites; publish them on zeek/logs/Conn::LOG); "
+        "conn-events: Zeek events conn(ts, uid, orig_h, resp_h, resp_p, service, orig_bytes, "
+        "resp_bytes).",
     )
-    gen.add_argument("--generate", choices=("conn",), help="the kind of events to make")
     gen.add_argument(
-        "--rate", type=positive_float, default=1000.0, help="events per second (default 1000)"
+        "--generate", choices=("conn", "conn-events"), help="what to make (conn: log records)"
+    )
+    gen.add_argument(
+        "--rate",
+        type=positive_float,
+        default=1000.0,
+        help="records or events per second (default 1000)",
     )
     gen.add_argument(
         "--seconds", type=positive_float, help="stop after SECONDS (default: when interrupted)"
@@ -161,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         client.finish(publisher)
         if bad_input is not None:
             raise bad_input
-    log.info("published %d message%s on %s to %s", count, "s"[count == 1 :], topic, client.target)
+    what = {"conn": "record", "conn-events": "event"}.get(args.generate or "", "message")
+    log.info("published %d %s%s on %s to %s", count, what, "s"[count == 1 :], topic, client.target)
     return 0
 
 
@@ -224,24 +232,29 @@ def _text(raw: bytes) -> str:
 
 
 def _generate(args: argparse.Namespace, publisher: Any) -> int:
-    """Publish the demo's connection events at ``--rate`` until ``--seconds`` or a signal.
+    """Publish the demo's connections at ``--rate`` until ``--seconds`` or a signal.
 
     Paced against the clock: each tick publishes what is due since the start,
-    in one batch, so the rate holds whatever the tick's jitter.
+    in one batch, so the rate holds whatever the tick's jitter. Log records go
+    after their LogCreate, in Batches, as a Zeek sends them.
     """
     from broker_spark.cli.progress import Progress
     from broker_spark.cli.signals import stop_on_signals
-    from broker_spark.demo_events import ConnectionEvents
+    from broker_spark.demo_events import ConnectionEvents, ConnectionLogs
 
-    events = ConnectionEvents()
-    progress = Progress("published", args.progress or sys.stderr.isatty(), unit="events")
+    events: Any = ConnectionLogs() if args.generate == "conn" else ConnectionEvents()
+    unit = "records" if args.generate == "conn" else "events"
+    greeting = [value for _topic, value in events.greeting(args.topic)]
+    if greeting:
+        publisher.publish_batch(*greeting)
+    progress = Progress("published", args.progress or sys.stderr.isatty(), unit=unit)
     published = 0
     start = time.monotonic()
     end = None if args.seconds is None else start + args.seconds
     # The whole run's count, from the arguments: (start + seconds) - start is not always
     # seconds in floating point, and 2000/s for 0.2 s must be 400 events, not 399.
     total = None if args.seconds is None else round(args.rate * args.seconds)
-    log.info("publishing %g %s events/s on %s", args.rate, args.generate, args.topic)
+    log.info("publishing %g %s %s/s on %s", args.rate, args.generate, unit, args.topic)
     with stop_on_signals() as stop:
         while not stop.is_set():
             now = time.monotonic()
@@ -251,7 +264,7 @@ def _generate(args: argparse.Namespace, publisher: Any) -> int:
                 target = min(target, total)
             due = target - published
             if due > 0:
-                publisher.publish_batch(*events.batch(due))
+                publisher.publish_batch(*[v for _t, v in events.messages(due, args.topic)])
                 published += due
                 progress.add(due)
             if finished:

@@ -1,1 +1,36 @@
-"""The Spark data source ``broker``: spool, offsets, options and schemas it stands on."""
+"""The Spark data source ``broker``: spool, offsets, options and schemas it stands on.
+
+The names users call directly load on first use (``from broker_spark.spark import
+zeek_log_schema``), so importing this package needs no pyspark: the command line
+uses modules here that do not need Spark.
+
+* :func:`zeek_log_schema`: the typed Spark schema of a Zeek log (``"conn"``);
+* :func:`parse_zeek_json`: a Column reading Zeek JSON log lines into those columns;
+* :func:`read_zeek_json`: Zeek's JSON log files as a DataFrame of those columns.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "zeek_log_schema": "broker_spark.spark.zeek_schema",
+    "parse_zeek_json": "broker_spark.spark.zeek_schema",
+    "read_zeek_json": "broker_spark.spark.zeek_schema",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'broker_spark.spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -54,7 +54,7 @@ class ReaderRuntime:
     """The spool, endpoint and pump of one stream reader in its driver-side process.
 
     ``after_connect`` runs once the endpoint is connected (the store reader
-    attaches its clone there).
+    attaches its clone there); ``observe`` sees every batch the pump appends.
     """
 
     def __init__(
@@ -64,11 +64,13 @@ class ReaderRuntime:
         *,
         after_connect: Callable[[Endpoint], object] | None = None,
         settings: EndpointSettings | None = None,
+        observe: Callable[[int, list], None] | None = None,
     ) -> None:
         self.options = options
         self.topics = tuple(topics)
         self._after_connect = after_connect
         self._settings = settings or EndpointSettings()
+        self._observe = observe
         self._tmpdir: str | None = None
         self.spool_path = options.spool.path or ""
         self.spool: Spool | None = None
@@ -156,7 +158,7 @@ class ReaderRuntime:
             if self._after_connect is not None:
                 self.attachments.append(self._after_connect(self.endpoint))
             assert self.subscription is not None
-            self.pump = SpoolPump(self.subscription, spool)
+            self.pump = SpoolPump(self.subscription, spool, observe=self._observe)
             self.pump.start()
         except BaseException:
             self.close()

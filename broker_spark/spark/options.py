@@ -56,6 +56,7 @@ __all__ = [
     "SslOptions",
     "WebSocketTarget",
     "WriterOptions",
+    "default_log_path",
     "parse_host_port",
     "parse_reader_options",
     "parse_writer_options",
@@ -67,7 +68,12 @@ DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
 DEFAULT_WEBSOCKET_PATH = "/v1/messages/json"
 
-FORMATS = ("default", "zeek")
+FORMATS = ("default", "zeek", "zeek-logs")
+COLUMN_LAYOUTS = ("nested", "flat")
+#: Where Zeek publishes its logs (``Broker::default_log_topic_prefix``).
+ZEEK_LOG_TOPIC = "zeek/logs/"
+#: Seconds ``load()`` waits for a peered Zeek's LogCreate of the one log it reads.
+DEFAULT_SCHEMA_WAIT = 2.0
 MODES = ("PERMISSIVE", "FAILFAST")
 STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("inline", "spool")
@@ -89,8 +95,11 @@ _READER = (
     "format",
     "mode",
     "partitionData",
+    "logs",
+    "columns",
+    "schemaWait",
 )
-_WRITER = ("topic", "store", "format", "badRecordsTopic")
+_WRITER = ("topic", "store", "format", "badRecordsTopic", "log", "zeekTypes")
 _SPARK_ADDED = ("path", "checkpointLocation")
 _SECRET = frozenset({"ssl.passphrase"})
 
@@ -266,6 +275,9 @@ class ReaderOptions:
     format: str = "default"
     mode: str = "PERMISSIVE"
     partition_data: str = "inline"
+    logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
+    columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
+    schema_wait: float = DEFAULT_SCHEMA_WAIT
 
 
 @dataclass(frozen=True)
@@ -277,6 +289,9 @@ class WriterOptions:
     store: str | None = None
     format: str = "default"
     bad_records_topic: str | None = None
+    log: str | None = None  # a Zeek log stream id (Spark::LOG): rows are published as its records
+    log_path: str | None = None  # that log's path (option path; default from the stream id)
+    zeek_types: tuple[tuple[str, str], ...] = ()  # column -> Zeek type, for log columns
 
 
 # --- reading the raw mapping ------------------------------------------------------------
@@ -445,6 +460,13 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
     topics = tuple(_split(raw, "topics"))
     store = raw.nonempty("store")
     fmt = raw.choice("format", FORMATS, "default")
+    logs = tuple(_split(raw, "logs"))
+    if fmt != "zeek-logs":
+        for name in ("logs", "columns", "schemaWait"):
+            if raw.get(name) is not None:
+                raise BrokerOptionError(name, raw.get(name), "applies to format=zeek-logs only")
+    elif not topics and not store:
+        topics = (ZEEK_LOG_TOPIC,)
     if topics and store:
         raise BrokerOptionError(
             "store", store, f"contradicts topics={raw.get('topics')!r}: read one or the other"
@@ -496,17 +518,73 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         format=fmt,
         mode=raw.choice("mode", MODES, "PERMISSIVE"),
         partition_data=partition_data,
+        logs=logs,
+        columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
+        schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
     )
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|)\Z")
+
+
+def _seconds(raw: _Raw, name: str, default: float) -> float:
+    """A duration in seconds (``2``, ``2s``, ``500ms``; 0 for none)."""
+    value = raw.get(name)
+    if value is None:
+        return default
+    match = _DURATION.match(value.strip().lower())
+    if not match:
+        raise BrokerOptionError(name, value, "expected seconds, such as 2, 2s or 500ms")
+    number = float(match.group(1))
+    return number / 1000 if match.group(2) == "ms" else number
+
+
+_STREAM_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)+\Z")
+
+
+def default_log_path(stream: str) -> str:
+    """The path a log stream writes by default: the module, lower-cased (``Spark::LOG`` gives
+    ``spark``; another id than ``LOG`` is appended: ``Spark::DNS_LOG`` gives ``spark_dns``)."""
+    module, _, ident = stream.rpartition("::")
+    path = module.replace("::", "_").lower()
+    if ident != "LOG":
+        path += "_" + ident.lower().removesuffix("_log")
+    return path
 
 
 def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
     """Check and convert the options of a batch or streaming write."""
+    log_path = None
+    for key, value in options.items():  # Spark's own "path" names the log's path here
+        if str(key).lower() == "path" and value is not None and str(value).strip():
+            log_path = str(value).strip()
     raw = _Raw(options, (*_SHARED, *_WRITER), "reading")
     conn = _connection(raw)
     topic = raw.nonempty("topic")
     store = raw.nonempty("store")
     fmt = raw.choice("format", FORMATS, "default")
     bad_records = raw.nonempty("badRecordsTopic")
+    log_stream = raw.nonempty("log")
+    zeek_types = _zeek_types(raw)
+    if fmt == "zeek-logs":
+        raise BrokerOptionError(
+            "format", fmt, "is for reading; to write log records use option log"
+        )
+    if log_stream is not None:
+        if not _STREAM_ID.match(log_stream):
+            raise BrokerOptionError(
+                "log", log_stream, "expected a Zeek log stream id such as Spark::LOG"
+            )
+        if store:
+            raise BrokerOptionError("log", log_stream, f"contradicts store={store!r}")
+        if fmt != "default":
+            raise BrokerOptionError("format", fmt, "does not apply to log records (option log)")
+        if log_path is None:
+            log_path = default_log_path(log_stream)
+        if topic is None:
+            topic = ZEEK_LOG_TOPIC + log_stream
+    elif zeek_types:
+        raise BrokerOptionError("zeekTypes", raw.get("zeekTypes"), "applies with option log only")
     if conn.listen is not None:
         raise BrokerOptionError(
             "listen", raw.get("listen"), "writers publish through peer or websocket, not listen"
@@ -524,5 +602,34 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
     if not (conn.peers or conn.websocket):
         raise BrokerOptionError("peer/websocket", None, "one of them is required to publish")
     return WriterOptions(
-        connection=conn, topic=topic, store=store, format=fmt, bad_records_topic=bad_records
+        connection=conn,
+        topic=topic,
+        store=store,
+        format=fmt,
+        bad_records_topic=bad_records,
+        log=log_stream,
+        log_path=log_path if log_stream is not None else None,
+        zeek_types=zeek_types,
     )
+
+
+def _zeek_types(raw: _Raw) -> tuple[tuple[str, str], ...]:
+    """``column:type,...`` (Zeek's spelling of the type: ``count``, ``addr``, ``set[string]``)."""
+    from broker_spark.zeek.types import ZeekType
+
+    value = raw.get("zeekTypes")
+    if value is None:
+        return ()
+    out = []
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        name, sep, spec = item.partition(":")
+        if not sep or not name.strip():
+            raise BrokerOptionError("zeekTypes", value, f"{item.strip()!r} is not column:type")
+        try:
+            ZeekType.parse(spec)
+        except ValueError as exc:
+            raise BrokerOptionError("zeekTypes", value, str(exc)) from None
+        out.append((name.strip(), spec.strip()))
+    return tuple(out)

@@ -66,7 +66,8 @@ class SpoolPartition(InputPartition):
     """Offsets ``[start, end)``; ``packed`` holds their records when shipped inline.
 
     ``spool_path`` is set instead when executors read the shared spool
-    themselves; ``fail_on_data_loss`` says what a task does when retention
+    themselves; ``schemas`` (Zeek log readers) are the log schemas in force at
+    ``start``; ``fail_on_data_loss`` says what a task does when retention
     dropped part of the range between planning and reading. ``codec`` names
     the compression of ``packed`` (None: plain) and ``size`` its plain length.
     """
@@ -89,6 +90,7 @@ class SpoolPartition(InputPartition):
         self.fail_on_data_loss = fail_on_data_loss
         self.codec = codec
         self.size = size
+        self.schemas: list | None = None
 
     @classmethod
     def inline(cls, start: int, end: int, records: bytes) -> SpoolPartition:

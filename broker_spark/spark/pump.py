@@ -8,6 +8,9 @@ appends it to the spool in one call, so the per-message cost is a tuple and a
 msgpack record. Every ``retention_interval`` seconds it also lets the spool
 drop what its size or age limits say.
 
+``observe``, when given, sees every appended batch with its first offset
+(the Zeek log reader learns LogCreates there).
+
 The subscription's queue is bounded and blocks the core when full, so a spool
 that cannot keep up slows the peers down instead of losing messages. If
 appending fails (a full disk), the pump stops and keeps the exception; the
@@ -48,12 +51,14 @@ class SpoolPump:
         retention_interval: float = 1.0,
         clock_ns: Callable[[], int] = time.time_ns,
         name: str = "broker-spark-spool-pump",
+        observe: Callable[[int, list], None] | None = None,
     ) -> None:
         self._subscription = subscription
         self._spool = spool
         self._batch = batch
         self._retention_interval = retention_interval
         self._clock_ns = clock_ns
+        self._observe = observe
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._appended = 0
@@ -80,7 +85,9 @@ class SpoolPump:
                 except ShutdownError:
                     break
                 if items:
-                    append(items)
+                    last = append(items)
+                    if self._observe is not None:
+                        self._observe(last - len(items) + 1, items)
                     with self._appended_cond:
                         self._appended += len(items)
                         self._appended_cond.notify_all()

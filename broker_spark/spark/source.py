@@ -6,7 +6,9 @@ parses the options (a bad one fails the query at start, naming the option)
 and hands out the reader or writer that fits them.
 
 * ``readStream`` with ``topics``: :class:`BrokerStreamReader` (messages);
-  with ``store``: :class:`StoreChangeReader` (the store's change events).
+  with ``format=zeek-logs``: :class:`~broker_spark.spark.zeek_reader.ZeekLogStreamReader`
+  (Zeek's log records as rows); with ``store``: :class:`StoreChangeReader`
+  (the store's change events).
 * ``read`` with ``store``: :class:`StoreTableReader` (the store's contents).
 * ``write``/``writeStream``: publishes rows (:mod:`~broker_spark.spark.writers`),
   or puts them into a store with ``store``.
@@ -59,10 +61,14 @@ class BrokerDataSource(DataSource):
     def name(cls) -> str:
         return "broker"
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
         options = parse_reader_options(self.options, streaming=True)
         if options.store is not None:
             return STORE_DDL
+        if options.format == "zeek-logs":
+            from broker_spark.spark.zeek_reader import offered_schema
+
+            return offered_schema(options)
         return default_ddl(options.format)
 
     # --- reading -----------------------------------------------------------------------------
@@ -72,6 +78,10 @@ class BrokerDataSource(DataSource):
         arrow = arrow_schema_of(schema)
         if options.store is not None:
             return StoreChangeReader(options, arrow)
+        if options.format == "zeek-logs":
+            from broker_spark.spark.zeek_reader import ZeekLogStreamReader
+
+            return ZeekLogStreamReader(options, arrow, schema)
         return BrokerStreamReader(options, arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:

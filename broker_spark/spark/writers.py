@@ -10,6 +10,10 @@ the first peer to acknowledge them (:func:`~broker_spark.spark.delivery.acknowle
 and shuts the endpoint down. Only then does ``write`` return, so a task that
 fails is retried by Spark: at-least-once delivery, as Spark's Kafka sink.
 
+With option ``log`` the rows are a Zeek log's records
+(:class:`~broker_spark.spark.log_rows.LogRowEncoder`): a LogCreate, then
+Batches of LogWrites.
+
 A WebSocket bridge carries only the topics it was opened with, so a task
 writing to a WebSocket API encodes all its rows first and opens the bridge
 for the topics they name.
@@ -30,7 +34,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -46,7 +50,7 @@ from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.delivery import acknowledged_flush, peer_links
 from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.options import ConnectionOptions, WriterOptions
-from broker_spark.spark.row_messages import BadRow, RowEncoder
+from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowEncoder
 
 __all__ = [
     "BadRowError",
@@ -119,6 +123,20 @@ def _await_peer_filters(endpoint: Endpoint, timeout: float) -> bool:
     return True
 
 
+class _Encoder(Protocol):
+    def encode(self, batch: pa.RecordBatch, first_row: int = 0) -> EncodedBatch: ...
+
+
+def make_encoder(schema: pa.Schema, options: WriterOptions) -> _Encoder:
+    """The encoder of a write: Zeek log records with option ``log``, else data messages
+    (a schema that cannot be published fails here, when the query starts)."""
+    if options.log is not None:
+        from broker_spark.spark.log_rows import LogRowEncoder
+
+        return LogRowEncoder(schema, options)
+    return RowEncoder(schema, options)
+
+
 def _bad_message(bad_topic: str, row: BadRow) -> tuple[str, bytes]:
     return bad_topic, encode((row.topic, row.text, row.reason))
 
@@ -164,7 +182,7 @@ class _Publisher:
 
 def publish_batches(
     batches: Iterator[pa.RecordBatch],
-    encoder: RowEncoder,
+    encoder: _Encoder,
     options: WriterOptions,
     *,
     settings: EndpointSettings | None = None,
@@ -239,11 +257,11 @@ class BrokerBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriterOptions, schema: pa.Schema) -> None:
         self.options = options
         self.schema = schema
-        RowEncoder(schema, options)  # a schema that cannot be published fails here, at start
+        make_encoder(schema, options)  # a schema that cannot be published fails here, at start
         self._committer = _Committer()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BrokerCommitMessage:
-        return publish_batches(iterator, RowEncoder(self.schema, self.options), self.options)
+        return publish_batches(iterator, make_encoder(self.schema, self.options), self.options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._committer.commit_once(messages, 0)
@@ -258,11 +276,11 @@ class BrokerStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriterOptions, schema: pa.Schema) -> None:
         self.options = options
         self.schema = schema
-        RowEncoder(schema, options)
+        make_encoder(schema, options)
         self._committer = _Committer()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BrokerCommitMessage:
-        return publish_batches(iterator, RowEncoder(self.schema, self.options), self.options)
+        return publish_batches(iterator, make_encoder(self.schema, self.options), self.options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._committer.commit_once(messages, batchId)

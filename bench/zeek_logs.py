@@ -1,0 +1,300 @@
+"""Zeek's logs: records decoded and rendered, and a streaming query reading conn-log Batches.
+
+Usage: ``python bench/zeek_logs.py [--quick] [--json] [--seconds S] [--only render|stream]``
+
+What is measured, in one run:
+
+- **render**: the records of a real Zeek's conn log (the 118 conn records of
+  the two recordings in ``tests/vectors``, repeated), arriving as Zeek sends
+  them (Batches of 400 LogWrites), turned into Zeek's JSON lines the way
+  ``broker-spark logs`` does (:class:`broker_spark.zeek.log_lines.LogLines`:
+  find the records, decode, render), against the baseline of plain
+  ``json.loads`` of the lines Zeek itself wrote for the same records, in the
+  same run. Also: the same records as a Spark partition's typed Arrow batch
+  (:class:`broker_spark.spark.zeek_logs.LogConverter`, what executors do),
+  and the one-record path (``decode_values`` + ``render_line``). Best of five
+  runs each, rows per second.
+- **stream**: a publisher *process* sends pre-encoded conn-log Batches (400
+  records each, as a Zeek would: its C++ encoding costs no Python time) as
+  fast as the peering takes them; a query ``readStream.format("broker")
+  .option("format", "zeek-logs").option("logs", "conn")`` (typed, nested
+  columns; everything else at its default) feeds the ``noop`` sink with a
+  500 ms processing-time trigger (as ``bench/spark_stream.py``). Sustained
+  rows per second over the batches that had rows, and CPU per row by process.
+  One unmeasured run warms the JVM first.
+
+``--quick`` shortens everything (a smoke test); ``--json`` prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import broker_spark as broker  # noqa: E402
+from broker_spark.config import BrokerOptions, Configuration  # noqa: E402
+
+TRIGGER = "500 milliseconds"
+BATCH = 400
+LOG_TOPIC = "zeek/logs/Conn::LOG"
+
+
+def _conn_records() -> tuple[list[bytes], list[str], Any]:
+    """The conn records of the recordings: serial data, Zeek's own lines, and the schema."""
+    from zeek_recordings import LOG_RECORDINGS, recording
+
+    from broker_spark.zeek import standard_schema
+
+    serials: list[bytes] = []
+    lines: list[str] = []
+    for name in LOG_RECORDINGS:
+        rec = recording(name)
+        serials += rec.writes["conn"]
+        lines += rec.local_lines("conn")
+    return serials, lines, standard_schema("conn")
+
+
+def _batches(serials: list[bytes], count: int) -> list[bytes]:
+    """``count`` records (cycling through ``serials``) as Batch messages of up to 400."""
+    from broker_spark.data.varbyte import encode_varbyte
+    from broker_spark.spark.log_rows import _batch
+    from broker_spark.zeek.log_scan import LOG_WRITE_HEAD
+
+    def text(s: str) -> bytes:
+        raw = s.encode()
+        return encode_varbyte(len(raw)) + raw
+
+    head = (
+        LOG_WRITE_HEAD + text("Conn::LOG") + b"\x0b" + text("Log::WRITER_ASCII") + b"\x05"
+        + text("conn") + b"\x05"
+    )  # fmt: skip
+    writes = [head + encode_varbyte(len(s)) + s for s in serials]
+    out = []
+    for lo in range(0, count, BATCH):
+        n = min(BATCH, count - lo)
+        out.append(_batch([writes[(lo + i) % len(writes)] for i in range(n)]))
+    return out
+
+
+def _best(fn: Any, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def bench_render(rows: int, repeat: int) -> dict[str, Any]:
+    from broker_spark.data.binary import encode
+    from broker_spark.spark.source import arrow_schema_of
+    from broker_spark.spark.zeek_logs import LogConverter
+    from broker_spark.spark.zeek_schema import LogColumns, zeek_log_schema
+    from broker_spark.zeek import LogCreate, decode_values, render_line
+    from broker_spark.zeek.log_lines import LogLines
+
+    serials, lines, schema = _conn_records()
+    create = encode(LogCreate.of(schema))
+    messages = [(create, "zeek")] + [(b, "zeek") for b in _batches(serials, rows)]
+    zeek_lines = [lines[i % len(lines)] for i in range(rows)]
+
+    def ours() -> None:
+        decoder = LogLines()
+        # as the CLI takes them: what has arrived, up to 8192 messages at a time
+        got = 0
+        for lo in range(0, len(messages), 25):
+            got += len(decoder.lines(messages[lo : lo + 25]))
+        assert got == rows, got
+
+    def baseline() -> None:
+        loads = json.loads
+        for line in zeek_lines:
+            loads(line)
+
+    spark_schema = zeek_log_schema(schema)
+    columns = LogColumns.of(spark_schema, schema.names)
+    topics = [LOG_TOPIC] * len(messages)
+    senders = ["zeek"] * len(messages)
+    stamps = [1_700_000_000_000_000_000] * len(messages)
+    offsets = list(range(len(messages)))
+    payloads = [m for m, _ in messages]
+
+    def typed() -> None:
+        conv = LogConverter(arrow_schema_of(spark_schema), columns, known=schema, paths=["conn"])
+        batch = conv.convert(topics, payloads, senders, stamps, offsets)
+        assert batch.num_rows == rows
+
+    one_at_a_time = serials * max(1, 2000 // len(serials))
+
+    def scalar() -> None:
+        names = list(schema.names)
+        for s in one_at_a_time:
+            render_line(decode_values(s), names)
+
+    # the bulk output equals Zeek's lines
+    sample = LogLines().lines(messages[:2])
+    assert [line for _, line in sample] == zeek_lines[: len(sample)]
+    t_ours = _best(ours, repeat)
+    t_base = _best(baseline, repeat)
+    t_typed = _best(typed, repeat)
+    t_scalar = _best(scalar, max(1, repeat // 2))
+    return {
+        "rows": rows,
+        "render_rows_per_s": rows / t_ours,
+        "json_loads_rows_per_s": rows / t_base,
+        "render_vs_json_loads": t_base / t_ours,
+        "typed_arrow_rows_per_s": rows / t_typed,
+        "one_record_rows_per_s": len(one_at_a_time) / t_scalar,
+    }
+
+
+# --- the stream ---------------------------------------------------------------------------------
+
+
+def _config() -> Configuration:
+    return Configuration(BrokerOptions(disable_ssl=True, publisher_buffer_size=8192))
+
+
+def _publisher(conn: Any, seconds: float) -> None:
+    """Listen, wait for the query, send pre-encoded conn Batches for ``seconds``."""
+    from broker_spark.data.binary import encode
+    from broker_spark.spark.endpoint_access import publish_encoded
+    from broker_spark.zeek import LogCreate
+
+    serials, _lines, schema = _conn_records()
+    pool = _batches(serials, BATCH * 59)  # varied batches, each reused
+    with broker.Endpoint(_config()) as ep:
+        conn.send(ep.listen("127.0.0.1", 0))
+        while not ep.peer_subscriptions():
+            time.sleep(0.01)
+        publish_encoded(ep, [(LOG_TOPIC, encode(LogCreate.of(schema)))])
+        conn.send("subscribed")
+        sent = 0
+        stop = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < stop:
+            publish_encoded(ep, [(LOG_TOPIC, pool[(i + k) % len(pool)]) for k in range(8)])
+            i += 8
+            sent += 8 * BATCH
+        conn.send(sent)
+        conn.recv()
+
+
+def bench_stream(spark: Any, seconds: float) -> dict[str, Any]:
+    import tempfile
+
+    from spark_stream import CpuSampler, _per_row, _receive, _sustained
+
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_publisher, args=(theirs, seconds), daemon=True, name="publisher")
+    proc.start()
+    port = _receive(ours, proc, 60.0)
+    spool = tempfile.mkdtemp(prefix="bench-zeek-spool-")
+    sampler = CpuSampler().__enter__()
+    query = (
+        spark.readStream.format("broker")
+        .option("format", "zeek-logs")
+        .option("logs", "conn")
+        .option("peer", f"127.0.0.1:{port}")
+        .option("ssl.disable", "true")
+        .option("schemaWait", "0")
+        .option("spoolPath", spool)
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    try:
+        assert _receive(ours, proc) == "subscribed"
+        sent = _receive(ours, proc, seconds + 120.0)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = sum(p["numInputRows"] for p in query.recentProgress)
+            if done >= sent or query.exception() is not None:
+                break
+            time.sleep(0.2)
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        with contextlib.suppress(OSError):
+            ours.send("done")
+        proc.join(10)
+        sampler.__exit__()
+        import shutil
+
+        shutil.rmtree(spool, ignore_errors=True)
+    rate, rows, elapsed = _sustained(progress)
+    return {
+        "published": sent,
+        "rows": rows,
+        "rows_per_s": rate,
+        "seconds": elapsed,
+        "batches": sum(1 for p in progress if p["numInputRows"]),
+        "cpu_us_per_row": _per_row(sampler.by_role(), sent),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--seconds", type=float, default=20.0, help="publishing time per run")
+    parser.add_argument("--only", choices=("render", "stream"), help="one part only")
+    args = parser.parse_args()
+    seconds = 3.0 if args.quick else args.seconds
+    results: dict[str, Any] = {}
+    if args.only in (None, "render"):
+        results["render"] = bench_render(20_000 if args.quick else 100_000, 2 if args.quick else 5)
+    if args.only in (None, "stream"):
+        from spark_stream import _session
+
+        spark = _session()
+        try:
+            bench_stream(spark, min(seconds, 8.0))  # the JVM's first minute: not measured
+            results["stream"] = bench_stream(spark, seconds)
+        finally:
+            spark.stop()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    _table(results)
+
+
+def _table(r: dict[str, Any]) -> None:
+    if "render" in r:
+        x = r["render"]
+        print("| records | rows/s | against |")
+        print("| --- | ---: | --- |")
+        print(
+            f"| decode + render (LogLines, Batches of 400) | {x['render_rows_per_s']:,.0f} | "
+            f"{x['render_vs_json_loads']:.2f}x json.loads ({x['json_loads_rows_per_s']:,.0f}/s) |"
+        )
+        print(f"| typed Arrow (LogConverter) | {x['typed_arrow_rows_per_s']:,.0f} | |")
+        print(f"| one record at a time | {x['one_record_rows_per_s']:,.0f} | |")
+    if "stream" in r:
+        s = r["stream"]
+        print()
+        print(
+            f"stream: {s['rows_per_s']:,.0f} rows/s sustained ({s['rows']:,} rows in "
+            f"{s['batches']} batches, {s['seconds']:.1f} s); CPU us/row: {s['cpu_us_per_row']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""``broker-spark logs [PATH...]``: Zeek's logs as they arrive, as Zeek's own JSON lines.
+
+Like ``tail -f`` on the JSON logs of a remote Zeek: each record is printed as
+exactly the line Zeek's JSON writer would write for it (``LogAscii::use_json``,
+with ``--timestamps`` as ``LogAscii::json_timestamps``), one per line, in
+arrival order. Given one PATH, the lines are that log's lines as Zeek writes
+them; otherwise every line gets ``"_path"`` as its first key, so the logs can
+be told apart (``jq 'select(._path == "dns")'``).
+
+It peers with a Zeek that listens (``--peer``, as Zeek's ``Broker::listen``)
+or listens for one that dials (``--listen``, as Zeek's ``Broker::peer``), and
+subscribes to ``zeek/logs/`` (``--topic`` for others, such as a cluster
+logger's node topic). A Zeek sends each log's columns right after peering,
+so records arrive named; a record whose columns were not seen is named by
+Zeek's standard log of its path, or by position (``_1``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+from broker_spark.cli.args import (
+    add_connect_arguments,
+    client_configuration,
+    host_port,
+    positive_float,
+)
+from broker_spark.cli.errors import CliError
+from broker_spark.zeek.text import TIMESTAMP_FORMATS
+
+__all__ = ["register", "run"]
+
+log = logging.getLogger("broker_spark.cli")
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("the count must be 1 or more")
+    return n
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "logs",
+        help="print Zeek's logs as they arrive, as Zeek's JSON lines",
+        description="Print the records of Zeek's logs as they arrive, each as the line Zeek's "
+        "JSON writer would write. With one PATH (conn, dns, ...), exactly that log's lines; "
+        'otherwise every line starts with "_path". Runs until interrupted, --count records '
+        "or --timeout seconds.",
+        epilog="examples:\n"
+        "  broker-spark logs conn --peer zeek-host:9999\n"
+        "  broker-spark logs --listen 0.0.0.0:9999 | jq 'select(._path == \"dns\") | .query'\n"
+        "  broker-spark logs conn dns --peer zeek-host:9999 --timestamps iso8601",
+    )
+    p.add_argument("paths", metavar="PATH", nargs="*", help="the logs to print (default: all)")
+    p.add_argument(
+        "--listen",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="accept Zeek's peering here instead of peering with --peer",
+    )
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="topic prefix the logs arrive on (repeatable; default zeek/logs/)",
+    )
+    p.add_argument(
+        "--timestamps",
+        choices=TIMESTAMP_FORMATS,
+        default="epoch",
+        help="how times are written, as Zeek's LogAscii::json_timestamps (default epoch)",
+    )
+    p.add_argument(
+        "--include-unset",
+        action="store_true",
+        help="write unset fields as null, as LogAscii::json_include_unset_fields",
+    )
+    p.add_argument("--count", type=_count, metavar="N", help="exit after N records")
+    p.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="exit after SECONDS")
+    add_connect_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker_spark.cli.signals import stop_on_signals
+    from broker_spark.endpoint import Endpoint
+    from broker_spark.spark.endpoint_access import RawSubscription
+    from broker_spark.topic import as_topic_str
+    from broker_spark.zeek.log_lines import LogLines
+
+    topics = tuple(dict.fromkeys(as_topic_str(t) for t in (args.topic or ["zeek/logs/"])))
+    paths = tuple(dict.fromkeys(args.paths))
+    decoder = LogLines(paths or None, args.timestamps, args.include_unset)
+    endpoint = Endpoint(client_configuration(args))
+    try:
+        subscription = RawSubscription(endpoint, topics, 8192)
+        _connect(endpoint, args)
+        with stop_on_signals() as stop:
+            printed = _print(args, subscription, decoder, len(paths) == 1, stop)
+        subscription.close()
+    finally:
+        endpoint.shutdown()
+    if decoder.undecodable:
+        log.warning("%d records did not decode and were left out", decoder.undecodable)
+    if args.count and printed < args.count and not stop.is_set():
+        raise CliError(f"timed out after {args.timeout:g} s with {printed} of {args.count} records")
+    return 0
+
+
+def _connect(endpoint: Any, args: argparse.Namespace) -> None:
+    if args.listen is not None:
+        host, port = args.listen
+        bound = endpoint.listen(host, port)
+        if not bound:
+            raise CliError(f"cannot listen on {host}:{port} (address in use or not local?)")
+        log.info("waiting for Zeek to peer on %s:%d", host, bound)
+        return
+    host, port = args.peer
+    deadline = time.monotonic() + args.wait
+    while not endpoint.peer(host, port, retry=0):
+        if time.monotonic() >= deadline:
+            raise CliError(f"cannot peer with {host}:{port} (is Zeek listening there?)")
+        time.sleep(0.5)
+    log.info("peered with %s:%d", host, port)
+
+
+def _print(
+    args: argparse.Namespace, subscription: Any, decoder: Any, one_log: bool, stop: Any
+) -> int:
+    out = sys.stdout
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    wanted = args.count
+    printed = 0
+    while not stop.is_set():
+        wait = 0.25
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                break
+        items = subscription.take(8192, wait)
+        if not items:
+            continue
+        found = decoder.lines([(payload, sender) for _topic, payload, sender in items])
+        if wanted is not None:
+            found = found[: wanted - printed]
+        if one_log:
+            text = "".join(line + "\n" for _path, line in found)
+        else:
+            text = "".join(_with_path(path, line) + "\n" for path, line in found)
+        if text:
+            out.write(text)
+            out.flush()
+        printed += len(found)
+        if wanted is not None and printed >= wanted:
+            break
+    return printed
+
+
+def _with_path(path: str, line: str) -> str:
+    from broker_spark.zeek.text import json_quote
+
+    head = '{"_path":' + json_quote(path)
+    return head + ("," + line[1:] if len(line) > 2 else "}")

@@ -1,0 +1,317 @@
+"""``format=zeek-logs``: the records of Zeek's log messages as rows, on the executors.
+
+A partition's messages are mostly Batches of LogWrites. The converter finds
+every record in them without decoding a message (:class:`~broker_spark.zeek.log_scan.LogScanner`),
+groups the records by sender, stream, path and the schema in force when they
+arrived (the partition carries the schemas learned before it; LogCreates
+inside it update them as they come), decodes each group column by column
+(:mod:`~broker_spark.zeek.columns`), and fills the query's columns:
+
+* typed (one log): each output column takes the Zeek column of its name
+  (``id.orig_h``, from a flat name or a struct member); a column the record's
+  schema lacks is null, so a LogCreate that changes a log's columns leaves
+  the query's rows whole: old ones keep their values, new columns of the log
+  are dropped, missing ones are null;
+* generic (``_path``, ``log``): each record as Zeek's JSON line.
+
+A record whose LogCreate was not seen takes the names of the log's known
+schema (built-in or learned at start) when its values have that layout, and
+counts as ``unnamed``; one that has another layout gets null log columns
+(typed; counted as a misfit) or positional names ``_1``, ``_2``... (generic).
+Bytes that are no record count as ``undecodable``; with ``mode=FAILFAST``
+both of these fail the query, naming the offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from broker_spark.errors import DecodeError
+from broker_spark.spark.schema import RecordConversionError, _unpack_columns
+from broker_spark.spark.zeek_schema import LogColumns
+from broker_spark.zeek.arrow_columns import spark_array
+from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
+from broker_spark.zeek.log_lines import group_lines
+from broker_spark.zeek.log_scan import LogGroup, LogScanner
+from broker_spark.zeek.record import decode_values
+from broker_spark.zeek.schema import LogSchema, SchemaRegistry, standard_schema
+
+__all__ = ["CHUNK_RECORDS", "LogConverter"]
+
+log = logging.getLogger(__name__)
+
+#: Records decoded together: enough that the work is per column, few enough that a
+#: chunk's bytes stay in the processor's caches (measured best between 2,000 and 8,000).
+CHUNK_RECORDS = 4096
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+@dataclass
+class _Piece:
+    """Rows made from one chunk of one group: their arrival order, message, and columns."""
+
+    order: np.ndarray
+    messages: np.ndarray
+    path: str
+    columns: dict[str, pa.Array] = field(default_factory=dict)
+
+
+class LogConverter:
+    """Turns spool records holding Zeek log messages into Arrow batches of one schema.
+
+    ``known`` is the log's schema the query's columns were made from (typed
+    mode), used to name records whose LogCreate was not seen; ``paths`` keeps
+    only those logs. ``schemas`` are the schemas learned before the first record.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        columns: LogColumns,
+        mode: str = "PERMISSIVE",
+        paths: Sequence[str] | None = None,
+        known: LogSchema | None = None,
+        schemas: Sequence[tuple[tuple[str, str, str], LogSchema]] = (),
+        on_schema: Callable[[str, LogSchema, bool], None] | None = None,
+    ) -> None:
+        self.schema = schema
+        self.columns = columns
+        self.strict = mode == "FAILFAST"
+        self.paths = tuple(paths) if paths else None
+        self.known = known
+        self.registry = SchemaRegistry(schemas)
+        self.on_schema = on_schema
+        self.misfits = 0
+        self.undecodable = 0
+        self.unnamed = 0
+        self.others = 0
+        self._targets = _leaf_types(schema, columns)
+
+    # --- the BatchConverter interface -------------------------------------------------
+
+    def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch:
+        if not packed:
+            return _empty(self.schema)
+        topics, payloads, senders, received, offsets = _unpack_columns(packed, count)
+        return self.convert(topics, payloads, senders, received, offsets)
+
+    def convert(
+        self,
+        topics: Sequence[str],
+        payloads: Sequence[bytes],
+        senders: Sequence[str],
+        received: Sequence[int],
+        offsets: Sequence[int],
+    ) -> pa.RecordBatch:
+        """The rows of the records of these messages (spool record columns)."""
+        data = b"".join(payloads)
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        scanner = LogScanner(self.registry, self.paths, self.on_schema)
+        for i, sender in enumerate(senders):
+            before = scanner.undecodable
+            scanner.scan(data, int(starts[i]), int(ends[i]), sender, i)
+            if scanner.undecodable != before and self.strict:
+                raise RecordConversionError(
+                    f"record at offset {offsets[i]}: the message is not valid Broker data"
+                )
+        self.undecodable += scanner.undecodable
+        self.others += scanner.others
+        groups = scanner.take_groups()
+        if not groups:
+            return _empty(self.schema)
+        buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+        buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        pieces: list[_Piece] = []
+        for group in groups:
+            if self.columns.generic:
+                pieces.append(self._lines(group, buf, data, offsets))
+                continue
+            messages, order = group.messages(), group.order()
+            for lo in range(0, len(group.starts), CHUNK_RECORDS):
+                hi = lo + CHUNK_RECORDS
+                block = Block(
+                    buf,
+                    np.asarray(group.starts[lo:hi], dtype=np.int64),
+                    np.asarray(group.ends[lo:hi], dtype=np.int64),
+                )
+                piece = _Piece(order[lo:hi], messages[lo:hi], group.path)
+                pieces.append(self._piece(group, block, piece, offsets))
+        return self._assemble(pieces, topics, senders, received, offsets)
+
+    # --- one chunk of one group --------------------------------------------------------
+
+    def _names_for(self, group: LogGroup) -> LogSchema | None:
+        if group.schema is not None:
+            return group.schema
+        if self.known is not None and self.known.path == group.path:
+            return self.known
+        return standard_schema(group.path)
+
+    def _piece(
+        self, group: LogGroup, block: Block, piece: _Piece, offsets: Sequence[int]
+    ) -> _Piece:
+        """Typed columns of one chunk of a group."""
+        schema = self._names_for(group)
+        messages = piece.messages
+        decoded = decode_block(block, schema.types) if schema is not None else None
+        ok = decoded.ok if decoded is not None else np.zeros(len(block), dtype=bool)
+        if group.schema is None:
+            self.unnamed += len(block)
+        bad = np.flatnonzero(~ok)
+        broken = 0
+        for row in bad:  # another layout, or no record at all
+            try:
+                decode_values(block.record(int(row)))
+            except DecodeError as exc:
+                self._fail(offsets, int(messages[row]), str(exc))
+                broken += 1
+                continue
+            self._fail(offsets, int(messages[row]), "its values do not have the log's columns")
+        self.undecodable += broken
+        self.misfits += len(bad) - broken
+        piece.columns.update(self._typed(block, decoded, schema, ok))
+        return piece
+
+    def _fail(self, offsets: Sequence[int], message: int, why: str) -> None:
+        if self.strict:
+            raise RecordConversionError(f"record at offset {offsets[message]}: {why}")
+
+    def _lines(
+        self, group: LogGroup, buf: np.ndarray, data: bytes, offsets: Sequence[int]
+    ) -> _Piece:
+        """A group's records as Zeek's JSON lines (``_path``/``log`` output)."""
+        schema = self._names_for(group)
+        if group.schema is None:
+            self.unnamed += len(group.starts)
+        lines, broken, _positional = group_lines(buf, data, group, schema)
+        messages = group.messages()
+        if broken:
+            self._fail(offsets, int(messages[broken[0]]), "the record does not decode")
+        self.undecodable += len(broken)
+        piece = _Piece(group.order(), messages, group.path)
+        piece.columns["log"] = pa.array(lines, pa.string())
+        return piece
+
+    def _typed(
+        self,
+        block: Block,
+        decoded: DecodedBlock | None,
+        schema: LogSchema | None,
+        ok: np.ndarray,
+    ) -> dict[str, pa.Array]:
+        n = len(block)
+        out: dict[str, pa.Array] = {}
+        names = schema.names if schema is not None else ()
+        where = {name: i for i, name in enumerate(names)}
+        for leaf, target in self._targets.items():
+            index = where.get(leaf)
+            if decoded is None or index is None:
+                out[leaf] = pa.nulls(n, target)
+                continue
+            arr, misfits = spark_array(block.buf, decoded.columns[index])
+            if misfits and self.strict:
+                raise RecordConversionError(f"column {leaf}: a value does not fit {target}")
+            self.misfits += misfits
+            arr = self._cast(arr, target, leaf)
+            if not ok.all():
+                arr = pc.if_else(pa.array(ok), arr, pa.nulls(n, target))
+            out[leaf] = arr
+        return out
+
+    def _cast(self, arr: pa.Array, target: pa.DataType, leaf: str) -> pa.Array:
+        if arr.type == target:
+            return arr
+        try:
+            return arr.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if self.strict:
+                raise RecordConversionError(f"column {leaf}: {exc}") from None
+            self.misfits += len(arr) - arr.null_count
+            return pa.nulls(len(arr), target)
+
+    # --- the batch ----------------------------------------------------------------------
+
+    def _assemble(
+        self,
+        pieces: list[_Piece],
+        topics: Sequence[str],
+        senders: Sequence[str],
+        received: Sequence[int],
+        offsets: Sequence[int],
+    ) -> pa.RecordBatch:
+        order = np.concatenate([p.order for p in pieces])
+        perm = pa.array(np.argsort(order, kind="stable"))
+        messages = pa.array(np.concatenate([p.messages for p in pieces]))
+
+        def column(name: str, kind: pa.DataType) -> pa.Array:
+            parts = [p.columns[name] for p in pieces]
+            return pc.take(pa.concat_arrays([_as(a, kind) for a in parts]), perm)
+
+        meta = {
+            "topic": lambda: pc.take(pa.array(topics, pa.string()), messages),
+            "sender": lambda: pc.take(pa.array(senders, pa.string()), messages),
+            "received_at": lambda: pc.take(
+                pa.array(received, pa.int64()).cast(pa.timestamp("ns", tz="UTC")), messages
+            ).cast(_TIMESTAMP, safe=False),
+            "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
+            "_path": lambda: pa.concat_arrays(
+                [pa.array([p.path] * len(p.order), pa.string()) for p in pieces]
+            ),
+        }
+        by_role = {name: role for role, name in self.columns.roles.items()}
+        arrays = []
+        for f in self.schema:
+            role = by_role.get(f.name)
+            if role == "log":
+                arrays.append(column("log", f.type))
+            elif role is not None:
+                arrays.append(_as(pc.take(meta[role](), perm), f.type))
+            else:
+                arrays.append(self._field(f, "", pieces, perm))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _field(self, f: pa.Field, prefix: str, pieces: list[_Piece], perm: pa.Array) -> pa.Array:
+        name = prefix + f.name
+        if pa.types.is_struct(f.type):
+            children = [
+                self._field(f.type.field(i), name + ".", pieces, perm)
+                for i in range(f.type.num_fields)
+            ]
+            return pa.StructArray.from_arrays(children, fields=list(f.type))
+        parts = [_as(p.columns[name], f.type) for p in pieces]
+        return pc.take(pa.concat_arrays(parts), perm)
+
+
+def _as(arr: pa.Array, kind: pa.DataType) -> pa.Array:
+    return arr if arr.type == kind else arr.cast(kind)
+
+
+def _leaf_types(schema: pa.Schema, columns: LogColumns) -> dict[str, pa.DataType]:
+    """The Arrow type of each log column the output holds, by Zeek name."""
+    roles = set(columns.roles.values())
+    out: dict[str, pa.DataType] = {}
+
+    def walk(f: pa.Field, prefix: str) -> None:
+        if pa.types.is_struct(f.type):
+            for i in range(f.type.num_fields):
+                walk(f.type.field(i), f"{prefix}{f.name}.")
+        else:
+            out[prefix + f.name] = f.type
+
+    for f in schema:
+        if f.name not in roles:
+            walk(f, "")
+    return out
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)

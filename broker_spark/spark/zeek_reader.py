@@ -1,0 +1,101 @@
+"""``spark.readStream.format("broker").option("format", "zeek-logs")``: Zeek's logs as a stream.
+
+The reader is the message reader (:class:`~broker_spark.spark.stream_reader.BrokerStreamReader`:
+spool, offsets, partitions) with three differences:
+
+* its pump shows every message to a :class:`~broker_spark.spark.zeek_schema_log.LogSchemaHistory`,
+  which keeps the LogCreates;
+* each partition carries the log schemas in force at its first offset;
+* executors turn records into rows with a :class:`~broker_spark.spark.zeek_logs.LogConverter`.
+
+Offsets stay message offsets: a Batch of 400 records is one offset, so
+``maxRecordsPerTrigger`` and ``maxRecordsPerPartition`` count messages, and
+every row of a Batch has that Batch's ``offset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from broker_spark.spark.driver_side import ReaderRuntime
+from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.partitions import SpoolPartition, read_partition
+from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.zeek_logs import LogConverter
+from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
+from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.zeek.schema import LogSchema, standard_schema
+
+__all__ = ["ZeekLogStreamReader", "known_log_schema", "offered_schema"]
+
+
+def known_log_schema(options: ReaderOptions, *, learn: bool = False) -> LogSchema | None:
+    """The columns of the one log a reader reads (None when it reads several or none is
+    known): learned (``learn``: from a peered Zeek or an earlier run's spool), else Zeek's
+    standard ones."""
+    if len(options.logs) != 1:
+        return None
+    path = options.logs[0]
+    if learn:
+        from broker_spark.spark.zeek_schema_probe import learn_log_schema
+
+        learned = learn_log_schema(options, path)
+        if learned is not None:
+            return learned
+    elif options.spool.path:
+        learned = LogSchemaHistory(options.spool.path, readonly=True).latest(path)
+        if learned is not None:
+            return learned
+    return standard_schema(path)
+
+
+def offered_schema(options: ReaderOptions) -> StructType:
+    """What ``load()`` offers without a user schema: a log's typed columns, or ``_path, log``."""
+    known = known_log_schema(options, learn=True)
+    if known is None:
+        return generic_log_schema()
+    return zeek_log_schema(known, options.columns)
+
+
+class ZeekLogStreamReader(BrokerStreamReader):
+    """Zeek's log records as rows of ``schema`` (typed columns, or ``_path``/``log``)."""
+
+    def __init__(self, options: ReaderOptions, schema: pa.Schema, spark_schema: StructType) -> None:
+        self.known = known_log_schema(options)
+        known_names = self.known.names if self.known is not None else ()
+        self.columns = LogColumns.of(spark_schema, known_names)
+        self._history: LogSchemaHistory | None = None
+        super().__init__(options, schema)
+
+    def make_converter(self, schemas: Any = ()) -> LogConverter:
+        return LogConverter(
+            self.arrow_schema,
+            self.columns,
+            self.options.mode,
+            self.options.logs or None,
+            self.known,
+            schemas or (),
+        )
+
+    def make_runtime(self) -> ReaderRuntime:
+        self._history = LogSchemaHistory(self.options.spool.path)
+        return ReaderRuntime(self.options, self.options.topics, observe=self._history.observe)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_history"] = None
+        return state
+
+    def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
+        part = super()._partition(runtime, lo, hi, inline)
+        part.schemas = self._history.snapshot(lo) if self._history is not None else []
+        return part
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        schemas = getattr(partition, "schemas", None) or ()
+        return read_partition(partition, self.make_converter(schemas))

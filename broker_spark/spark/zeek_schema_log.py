@@ -1,0 +1,154 @@
+"""The LogCreates a stream reader received: which columns each log had from which offset.
+
+Zeek sends a log's schema once per peering, and its records for hours after,
+so the partition that holds a record rarely holds its LogCreate. The
+reader's pump shows every received message to :meth:`LogSchemaHistory.observe`
+(a prefix test per message; only LogCreates are decoded), which remembers
+each schema with the offset it arrived at; a partition then carries the
+schemas in force at its first offset, and executors need nothing but the
+partition. With a ``spoolPath`` the history is kept beside the spool
+(``zeek-log-schemas.jsonl``, one line per change) so a restarted query knows
+them, and ``load()`` can offer a log's columns from an earlier run.
+
+A LogCreate that changes a log's columns is logged as a warning naming
+what changed: the running query keeps its columns (old rows keep their
+values, the log's new columns are not read, its dropped ones are null).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from broker_spark.data.binary import decode
+from broker_spark.errors import DecodeError
+from broker_spark.zeek.log_scan import is_log_create
+from broker_spark.zeek.logs import LogCreate
+from broker_spark.zeek.schema import LogSchema
+
+__all__ = ["HISTORY_FILE", "LogSchemaHistory", "describe_change"]
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "zeek-log-schemas.jsonl"
+
+Key = tuple[str, str, str]  # sender, stream, path
+
+
+def describe_change(old: LogSchema, new: LogSchema) -> str:
+    """What a new LogCreate changed in a log's columns, in words."""
+    before = {f.name: f for f in old.fields}
+    after = {f.name: f for f in new.fields}
+    parts = []
+    added = [n for n in after if n not in before]
+    removed = [n for n in before if n not in after]
+    retyped = [n for n in after if n in before and after[n].zeek_type != before[n].zeek_type]
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    if retyped:
+        parts.append(
+            "retyped "
+            + ", ".join(f"{n} ({before[n].zeek_type} to {after[n].zeek_type})" for n in retyped)
+        )
+    return "; ".join(parts) or "reordered its columns"
+
+
+class LogSchemaHistory:
+    """Schemas by the offset they arrived at, per (sender, stream, path); thread-safe."""
+
+    def __init__(self, directory: str | None = None, *, readonly: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Key, list[tuple[int, LogSchema]]] = {}
+        self._path = os.path.join(directory, HISTORY_FILE) if directory else None
+        self._readonly = readonly
+        if self._path is not None and os.path.exists(self._path):
+            self._load(self._path)
+
+    def _load(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    obj = json.loads(line)
+                    key = (str(obj["sender"]), str(obj["stream"]), str(obj["path"]))
+                    schema = LogSchema.from_json(obj["schema"], source="LogCreate")
+                    self._entries.setdefault(key, []).append((int(obj["offset"]), schema))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("%s line %d: ignored (%s)", path, number, exc)
+
+    def observe(self, first_offset: int, items: Sequence[Sequence[Any]]) -> None:
+        """Remember the LogCreates among messages appended from ``first_offset`` on (the
+        pump's records: topic, payload, sender, ...)."""
+        for i, item in enumerate(items):
+            payload = item[1]
+            if type(payload) is bytes and is_log_create(payload):
+                try:
+                    schema = LogCreate(decode(payload)).schema()
+                except DecodeError as exc:
+                    log.warning(
+                        "offset %d: a LogCreate that does not decode (%s)", first_offset + i, exc
+                    )
+                    continue
+                self.add(first_offset + i, str(item[2]), schema)
+
+    def add(self, offset: int, sender: str, schema: LogSchema) -> bool:
+        """Remember ``schema`` from ``offset`` on; True when it changed the log's columns."""
+        key = (sender, schema.stream, schema.path)
+        with self._lock:
+            entries = self._entries.setdefault(key, [])
+            if entries and entries[-1][1].fields == schema.fields:
+                return False  # the same columns again (Zeek resends them on every peering)
+            previous = self._latest_for(schema.path)
+            entries.append((offset, schema))
+            if self._path is not None and not self._readonly:
+                line = {
+                    "offset": offset,
+                    "sender": sender,
+                    "stream": schema.stream,
+                    "path": schema.path,
+                    "schema": schema.to_json(),
+                }
+                with open(self._path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(line) + "\n")
+        if previous is not None and previous.fields != schema.fields:
+            log.warning(
+                "offset %d: a LogCreate from %s changed the columns of log %s: %s. A running "
+                "query keeps its columns: rows of the old layout keep their values, columns "
+                "the log no longer has are null, new ones are not read until the query restarts",
+                offset,
+                sender,
+                schema.path,
+                describe_change(previous, schema),
+            )
+        return True
+
+    def snapshot(self, offset: int) -> list[tuple[Key, LogSchema]]:
+        """The schemas in force just before ``offset``: the last one of each key that
+        arrived at a lower offset."""
+        out = []
+        with self._lock:
+            for key, entries in self._entries.items():
+                best = None
+                for at, schema in entries:
+                    if at < offset:
+                        best = schema
+                if best is not None:
+                    out.append((key, best))
+        return out
+
+    def latest(self, path: str) -> LogSchema | None:
+        """The last schema learned for a log path, from any sender."""
+        with self._lock:
+            return self._latest_for(path)
+
+    def _latest_for(self, path: str) -> LogSchema | None:
+        best: tuple[int, LogSchema] | None = None
+        for (_sender, _stream, p), entries in self._entries.items():
+            if p == path and entries and (best is None or entries[-1][0] >= best[0]):
+                best = entries[-1]
+        return best[1] if best is not None else None

@@ -1,0 +1,162 @@
+"""Received messages to Zeek's JSON log lines: what ``broker-spark logs`` prints.
+
+:class:`LogLines` takes messages as they arrive (payload bytes and sender),
+finds their records (:class:`~broker_spark.zeek.log_scan.LogScanner`), keeps
+the schemas their LogCreates declare, and returns every record as the line
+Zeek's JSON writer would write, with its log path, in arrival order. Many
+records of a log are rendered column by column, a few one at a time (below
+:data:`BULK_MIN` the bulk path's fixed cost is larger than the work).
+
+A record whose LogCreate was not seen is named by Zeek's standard schema of
+its log when its values have that layout, else its keys are its positions
+(``_1``, ``_2``...); both count as :attr:`LogLines.unnamed`. A record that
+does not decode is left out and counted in :attr:`LogLines.undecodable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import numpy as np
+
+from broker_spark.errors import DecodeError
+from broker_spark.zeek.columns import _PAD, Block, decode_block
+from broker_spark.zeek.json_columns import render_block
+from broker_spark.zeek.json_log import LineRenderer
+from broker_spark.zeek.log_scan import LogGroup, LogScanner
+from broker_spark.zeek.record import decode_values
+from broker_spark.zeek.schema import LogSchema, SchemaRegistry, standard_schema
+
+__all__ = ["BULK_MIN", "LogLines", "group_lines"]
+
+#: Records of one log below which lines are rendered one at a time.
+BULK_MIN = 32
+#: Records rendered together in bulk (the bytes of a chunk stay in the caches).
+CHUNK = 4096
+
+
+def group_lines(
+    buf: np.ndarray,
+    data: bytes,
+    group: LogGroup,
+    schema: LogSchema | None,
+    timestamps: str = "epoch",
+    include_unset: bool = False,
+) -> tuple[list[str | None], list[int], int]:
+    """The lines of a group's records (None for one that does not decode), the positions
+    of those that did not decode, and how many were named by position (no schema fits)."""
+    lines: list[str | None] = []
+    broken: list[int] = []
+    positional = 0
+    renderers: dict[int, LineRenderer] = {}
+    count = len(group.starts)
+    names = list(schema.names) if schema is not None else []
+    for lo in range(0, count, CHUNK):
+        hi = min(lo + CHUNK, count)
+        ok = np.zeros(hi - lo, dtype=bool)
+        chunk: list[str | None] = [None] * (hi - lo)
+        if schema is not None and hi - lo >= BULK_MIN:
+            block = Block(
+                buf,
+                np.asarray(group.starts[lo:hi], dtype=np.int64),
+                np.asarray(group.ends[lo:hi], dtype=np.int64),
+            )
+            decoded = decode_block(block, schema.types)
+            ok = decoded.ok
+            if ok.any():
+                rendered = render_block(decoded, names, timestamps, include_unset).to_pylist()
+                chunk = [line if good else None for line, good in zip(rendered, ok, strict=True)]
+        for i in np.flatnonzero(~ok):
+            raw = data[group.starts[lo + i] : group.ends[lo + i]]
+            try:
+                values = decode_values(raw)
+            except DecodeError:
+                broken.append(lo + int(i))
+                continue
+            if schema is not None and len(values) == len(names) and _fits(values, schema):
+                key = 0
+                use = names
+                types = schema.types
+            else:
+                positional += 1
+                key = len(values) + 1
+                use = [f"_{k + 1}" for k in range(len(values))]
+                types = None
+            renderer = renderers.get(key)
+            if renderer is None:
+                renderer = renderers[key] = LineRenderer(use, timestamps, include_unset, types)
+            chunk[i] = renderer.render(values)
+        lines.extend(chunk)
+    return lines, broken, positional
+
+
+def _fits(values: list, schema: LogSchema) -> bool:
+    """Whether decoded values could be records of ``schema`` (by their Python types)."""
+    from broker_spark.errors import EncodeError
+    from broker_spark.zeek.record import encode_record
+
+    try:
+        encode_record(values, schema.fields)
+    except EncodeError:
+        return False
+    return True
+
+
+class LogLines:
+    """Zeek JSON log lines of received messages; keeps schemas across calls.
+
+    ``paths`` keeps those logs only; ``timestamps`` and ``include_unset`` are
+    Zeek's ``LogAscii::json_timestamps`` and ``json_include_unset_fields``.
+    """
+
+    def __init__(
+        self,
+        paths: Collection[str] | None = None,
+        timestamps: str = "epoch",
+        include_unset: bool = False,
+        registry: SchemaRegistry | None = None,
+    ) -> None:
+        self.scanner = LogScanner(registry or SchemaRegistry(), paths)
+        self.timestamps = timestamps
+        self.include_unset = include_unset
+        self.unnamed = 0
+        self.undecodable = 0
+
+    @property
+    def registry(self) -> SchemaRegistry:
+        return self.scanner.registry
+
+    def lines(self, messages: Sequence[tuple[bytes, str]]) -> list[tuple[str, str]]:
+        """``(path, line)`` of every record in ``messages`` (``(payload, sender)`` pairs),
+        in the order they arrived."""
+        data = b"".join(payload for payload, _ in messages)
+        scanner = self.scanner
+        before = scanner.undecodable
+        pos = 0
+        for i, (payload, sender) in enumerate(messages):
+            scanner.scan(data, pos, pos + len(payload), sender, i)
+            pos += len(payload)
+        self.undecodable += scanner.undecodable - before
+        groups = scanner.take_groups()
+        if not groups:
+            return []
+        buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+        buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        parts: list[tuple[np.ndarray, str, list[str | None]]] = []
+        for group in groups:
+            schema = group.schema
+            if schema is None:
+                self.unnamed += len(group.starts)
+                schema = standard_schema(group.path)
+            texts, broken, _positional = group_lines(
+                buf, data, group, schema, self.timestamps, self.include_unset
+            )
+            self.undecodable += len(broken)
+            parts.append((group.order(), group.path, texts))
+        if len(parts) == 1:  # one log: already in arrival order
+            _order, path, texts = parts[0]
+            return [(path, text) for text in texts if text is not None]
+        order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+        paths = [p[1] for p in parts for _ in range(len(p[2]))]
+        texts = [t for p in parts for t in p[2]]
+        return [(paths[i], texts[i]) for i in order.tolist() if texts[i] is not None]

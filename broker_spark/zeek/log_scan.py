@@ -1,0 +1,346 @@
+"""Finding the log records in received messages, without decoding them.
+
+A Zeek sends its log records as Batches of LogWrites: Broker data whose
+every LogWrite starts with the same bytes up to its record (the message
+head, the stream and writer enums and the path, all the same within a
+batch). :class:`LogScanner` walks a message once and notes, for each
+record, where its ``serial_data`` lies in the buffer it was given: no Broker
+value and no log value is built. The records are then decoded many at a time
+by :mod:`~broker_spark.zeek.columns`.
+
+LogCreate messages, rare by comparison, are decoded and fed to the
+scanner's :class:`~broker_spark.zeek.schema.SchemaRegistry` on the spot, so
+every record is tied to the schema in force when it arrived (a LogCreate that
+changes a stream's columns applies to the records after it). Everything
+else (events, identifier updates) is skipped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from broker_spark.data.binary_decode import decode_from
+from broker_spark.data.varbyte import read_varbyte
+from broker_spark.errors import DecodeError
+from broker_spark.zeek.logs import LogCreate
+from broker_spark.zeek.schema import LogSchema, SchemaRegistry
+
+__all__ = ["LOG_CREATE_HEAD", "LogGroup", "LogScanner", "is_log_create"]
+
+_COUNT_ONE = b"\x02" + (1).to_bytes(8, "big")
+
+
+def _head(kind: int) -> bytes:
+    """The first bytes of a Zeek message of ``kind``: vector of 3, count 1, count kind, vector."""
+    return b"\x0e\x03" + _COUNT_ONE + b"\x02" + kind.to_bytes(8, "big") + b"\x0e"
+
+
+BATCH_HEAD = _head(5)
+LOG_CREATE_HEAD = _head(2) + b"\x04\x0b"
+LOG_WRITE_HEAD = _head(3) + b"\x04\x0b"
+
+#: How deep Batches may nest (Broker allows nesting; Zeek never does it).
+MAX_DEPTH = 4
+
+#: Schemas by the bytes of the LogCreate that declared them: a reader scans the same
+#: LogCreates again and again (every partition after a peering holds them).
+_SCHEMAS: dict[bytes, LogSchema] = {}
+
+
+def is_log_create(payload: bytes) -> bool:
+    """Whether a message is a LogCreate (by its first bytes; cheap)."""
+    return payload.startswith(LOG_CREATE_HEAD)
+
+
+@dataclass
+class LogGroup:
+    """The records of one stream and path from one sender, under one schema (None: no
+    LogCreate seen for it); ``starts``/``ends`` locate their ``serial_data``.
+
+    ``runs`` say where they came from, a run of records at a time: ``(message,
+    place of the first among all records found, count)``; :meth:`messages` and
+    :meth:`order` spell that out per record.
+    """
+
+    sender: str
+    stream: str
+    path: str
+    schema: LogSchema | None
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    runs: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def messages(self) -> np.ndarray:
+        """The message each record came in."""
+        runs = np.asarray(self.runs, dtype=np.int64).reshape(-1, 3)
+        return np.repeat(runs[:, 0], runs[:, 2])
+
+    def order(self) -> np.ndarray:
+        """Each record's place among all the records found (arrival order)."""
+        runs = np.asarray(self.runs, dtype=np.int64).reshape(-1, 3)
+        counts = runs[:, 2]
+        before = np.cumsum(counts) - counts
+        return np.repeat(runs[:, 1] - before, counts) + np.arange(int(counts.sum()))
+
+
+@dataclass
+class _Head:
+    """What the bytes before a record tell: the group it belongs to (None: not kept)."""
+
+    stream: str
+    path: str
+    group: LogGroup | None
+    size: int
+
+
+class LogScanner:
+    """Notes where the log records of each message are; keeps the schema registry current.
+
+    ``paths`` keeps only those logs (None: all). ``on_schema`` is told of every
+    LogCreate (its sender, schema, and whether it changed the registry).
+    """
+
+    def __init__(
+        self,
+        registry: SchemaRegistry | None = None,
+        paths: Collection[str] | None = None,
+        on_schema: Callable[[str, LogSchema, bool], None] | None = None,
+    ) -> None:
+        self.registry = registry if registry is not None else SchemaRegistry()
+        self.paths = frozenset(paths) if paths is not None else None
+        self.on_schema = on_schema
+        self.groups: list[LogGroup] = []
+        self._group_by: dict[tuple[str, str, str, int], LogGroup] = {}
+        self._heads: dict[tuple[str, bytes], _Head] = {}
+        self._last: tuple[bytes, _Head, str] | None = None
+        self.records = 0
+        self.skipped = 0  # records of logs not kept
+        self.others = 0  # messages that are not log messages
+        self.undecodable = 0  # messages that are not valid Broker data
+
+    def take_groups(self) -> list[LogGroup]:
+        """The groups found so far, and a fresh start for the next ones."""
+        groups = self.groups
+        self.groups = []
+        self._group_by = {}
+        self._heads = {}
+        self._last = None
+        return groups
+
+    def scan(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
+        """Note the log records of the message in ``buf[start:end]``; a message that is not
+        valid Broker data is counted in :attr:`undecodable` (and raises nothing)."""
+        try:
+            pos = self._value(buf, start, end, sender, message, 0)
+        except (DecodeError, IndexError, ValueError):
+            self.undecodable += 1
+            return
+        if pos != end:
+            self.undecodable += 1
+
+    def _value(self, buf: bytes, pos: int, end: int, sender: str, message: int, depth: int) -> int:
+        if buf.startswith(LOG_WRITE_HEAD, pos):
+            return self._writes(buf, pos, end, sender, message, 1)[0]
+        if buf.startswith(BATCH_HEAD, pos) and depth < MAX_DEPTH:
+            count, pos = read_varbyte(buf, pos + len(BATCH_HEAD))
+            uniform = count > 1 and buf.startswith(LOG_WRITE_HEAD, pos)
+            if uniform and self._uniform_batch(buf, pos, end, count, sender, message):
+                return end
+            done = 0
+            while done < count:
+                if pos >= end:
+                    raise DecodeError("truncated batch")
+                if buf.startswith(LOG_WRITE_HEAD, pos):
+                    pos, taken = self._writes(buf, pos, end, sender, message, count - done)
+                    done += taken
+                else:
+                    pos = self._value(buf, pos, end, sender, message, depth + 1)
+                    done += 1
+            return pos
+        value, after = decode_from(buf, pos)
+        if after > end:
+            raise DecodeError("message runs past its end")
+        if buf.startswith(LOG_CREATE_HEAD, pos):
+            self._learn(sender, buf[pos:after], value)
+        else:
+            self.others += 1
+        return after
+
+    def _learn(self, sender: str, raw: bytes, value: object) -> None:
+        schema = _SCHEMAS.get(raw)
+        if schema is None:
+            try:
+                schema = LogCreate(value).schema()
+            except DecodeError:
+                self.others += 1
+                return
+            if len(_SCHEMAS) >= 1024:
+                _SCHEMAS.clear()
+            _SCHEMAS[raw] = schema
+        changed = self.registry.learn(sender, schema)
+        if changed:  # heads point at groups of the old schema
+            self._heads.clear()
+            self._last = None
+        if self.on_schema is not None:
+            self.on_schema(sender, schema, changed)
+
+    def _uniform_batch(
+        self, buf: bytes, pos: int, end: int, count: int, sender: str, message: int
+    ) -> bool:
+        """A Batch that is ``count`` LogWrites of one head filling the message to its end,
+        as Zeek sends them: split at the head, all at once (False, and nothing noted, for
+        any other Batch; the record-by-record walk takes those).
+
+        Splitting ``buf[pos:end]`` at the head gives each record's length and bytes; the
+        split is right only if it gives exactly ``count`` pieces, each of which is a
+        length and that many bytes (a head inside a record would break that).
+        """
+        last = self._last
+        if last is None or last[2] is not sender or not buf.startswith(last[0], pos):
+            head = self._new_head(buf, pos, sender)
+            if head is None:
+                return False
+            last = self._last = (buf[pos : pos + head.size], head, sender)
+        head_bytes, head, _sender = last
+        pieces = buf[pos:end].split(head_bytes)
+        if len(pieces) != count + 1 or pieces[0]:
+            return False
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=count + 1)[1:]
+        if not lengths.all():
+            return False
+        size = len(head_bytes)
+        at = pos + size + np.cumsum(lengths + size) - (lengths + size)  # each piece's start
+        view = np.frombuffer(buf, dtype=np.uint8)
+        first = view[at].astype(np.int64)
+        second = view[np.minimum(at + 1, len(buf) - 1)].astype(np.int64)
+        short = first < 0x80
+        if not (short | (second < 0x80)).all():
+            return False  # a record of 16 KiB or more: the walk reads its length
+        width = np.where(short, 1, 2)
+        record = np.where(short, first, (first & 0x7F) | (second << 7))
+        if not (width + record == lengths).all():
+            return False
+        group = head.group
+        self.records += count
+        if group is None:
+            self.skipped += count
+            return True
+        starts = at + width
+        group.starts.extend(starts.tolist())
+        group.ends.extend((starts + record).tolist())
+        group.runs.append((message, self.records - count, count))
+        return True
+
+    def _writes(
+        self, buf: bytes, pos: int, end: int, sender: str, message: int, most: int
+    ) -> tuple[int, int]:
+        """The LogWrite at ``pos`` and those right after it with the same head, ``most`` in
+        all at most; returns the position after the last one and how many were read.
+
+        This loop runs once per record of every log, so it does as little as it can:
+        the head is compared as bytes, a record's length (a varbyte of one or two
+        bytes, almost always) is read inline, and where the records came from is
+        noted once per run.
+        """
+        last = self._last
+        if last is None or last[2] is not sender or not buf.startswith(last[0], pos):
+            head = self._new_head(buf, pos, sender)
+            if head is None:
+                return self._slow_write(buf, pos, end, sender, message), 1
+            last = self._last = (buf[pos : pos + head.size], head, sender)
+        head_bytes, head, _sender = last
+        size_of_head = head.size
+        group = head.group
+        starts = group.starts if group is not None else []
+        ends = group.ends if group is not None else []
+        startswith = buf.startswith
+        taken = 0
+        while True:
+            at = pos + size_of_head
+            size = buf[at]
+            if size < 0x80:
+                at += 1
+            else:
+                more = buf[at + 1]
+                if more < 0x80:
+                    size = (size & 0x7F) | (more << 7)
+                    at += 2
+                else:
+                    size, at = read_varbyte(buf, at)
+            stop = at + size
+            if stop > end:
+                raise DecodeError("log record runs past the message's end")
+            starts.append(at)
+            ends.append(stop)
+            taken += 1
+            if taken >= most or stop >= end or not startswith(head_bytes, stop):
+                break
+            pos = stop
+        if group is None:
+            self.skipped += taken
+        else:
+            group.runs.append((message, self.records, taken))
+        self.records += taken
+        return stop, taken
+
+    def _new_head(self, buf: bytes, pos: int, sender: str) -> _Head | None:
+        """Parse a LogWrite's head (None when it is not the plain layout)."""
+        at = pos + len(LOG_WRITE_HEAD)
+        n, at = read_varbyte(buf, at)
+        stream = buf[at : at + n].decode("utf-8")
+        at += n
+        if buf[at] != 0x0B:
+            return None
+        n, at = read_varbyte(buf, at + 1)
+        at += n
+        if buf[at] != 0x05:
+            return None
+        n, at = read_varbyte(buf, at + 1)
+        path = buf[at : at + n].decode("utf-8")
+        at += n
+        if buf[at] != 0x05:
+            return None
+        size = at + 1 - pos
+        key = (sender, buf[pos : pos + size])
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = _Head(stream, path, self._group(sender, stream, path), size)
+        return head
+
+    def _slow_write(self, buf: bytes, pos: int, end: int, sender: str, message: int) -> int:
+        """A LogWrite whose head is not cached (unusually long names): decoded in full."""
+        from broker_spark.zeek.logs import LogWrite
+
+        value, after = decode_from(buf, pos)
+        write = LogWrite(value)
+        if not write.valid():
+            self.others += 1
+            return after
+        serial = write.serial_data()
+        stop = after
+        start = stop - len(serial)
+        if buf[start:stop] != serial:
+            raise DecodeError("log record not at the end of its LogWrite")
+        group = self._group(sender, write.stream_id(), write.path())
+        if group is None:
+            self.skipped += 1
+        else:
+            group.starts.append(start)
+            group.ends.append(stop)
+            group.runs.append((message, self.records, 1))
+        self.records += 1
+        return after
+
+    def _group(self, sender: str, stream: str, path: str) -> LogGroup | None:
+        if self.paths is not None and path not in self.paths:
+            return None
+        schema = self.registry.lookup(sender, stream, path)
+        key = (sender, stream, path, id(schema))
+        group = self._group_by.get(key)
+        if group is None:
+            group = self._group_by[key] = LogGroup(sender, stream, path, schema)
+            self.groups.append(group)
+        return group
