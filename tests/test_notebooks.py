@@ -1,7 +1,7 @@
 """The notebooks in notebooks/: stored clean, and each runs top to bottom (with nbclient).
 
 A kernel is a separate Python process with its own JVM, which costs seconds
-to start; so the three notebooks run one after the other in one kernel, as
+to start; so the notebooks run one after the other in one kernel, as
 they would in one Databricks cluster: each starts with ``%reset -f``, so it
 sees none of the previous one's variables and must set everything up itself
 (its session cell then finds the running SparkSession, as on Databricks).
@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_quickstart", "02_zeek_events", "03_stores"]
+NAMES = ["01_quickstart", "02_zeek_events", "03_stores", "04_zeek_logs"]
 
 #: Seconds a cell may run (the first starts a JVM) and a notebook may take in all.
 CELL_TIMEOUT = 120
@@ -47,6 +47,21 @@ EXPECTED = {
         "the master now holds ('switch', 48)",
         "4 entries in the store",
         "changes: insert, update, erase",
+    ],
+    "04_zeek_logs": [
+        "records: broker 1, conn 69, dns 63, reporter 3, weird 12",
+        "conn 69 rows, dns 63 rows",
+        "joined 63 of 63 dns records to their connections",
+        "##############################  9,107 192.168.120.22",
+        "##############################     31 192.168.120.22",
+        "tables: broker, conn, dns, reporter, weird",
+        "rows: broker 1, conn 69, dns 63, reporter 3, weird 12",
+        "typed as zeek_log_schema: True",
+        "zeek_conn holds the rows of the conn stream: True",
+        "zeek_dns holds the rows of the dns stream: True",
+        "63 dns records from Zeek's JSON lines",
+        "same rows as zeek_dns: True",
+        "removed the tables and the spools: True",
     ],
 }
 
@@ -82,7 +97,7 @@ def test_notebook_is_stored_clean(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[KernelManager]:
-    """One kernel (and so one JVM) for the three notebooks; stopped with Spark at the end."""
+    """One kernel (and so one JVM) for the notebooks; stopped with Spark at the end."""
     km = KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(NOTEBOOKS))
     try:

@@ -234,3 +234,18 @@ def test_the_history_keeps_schemas_by_offset_and_warns_of_changes(tmp_path, capl
     again = LogSchemaHistory(str(tmp_path), readonly=True)  # a restarted query reads the file
     assert again.snapshot(31) == history.snapshot(31) and again.latest("conn") == wider
     assert describe_change(wider, CONN) == "removed site"
+
+
+def test_a_record_stream_is_read_in_place_as_unpacked() -> None:
+    from broker_spark.data.records import pack_records
+    from broker_spark.spark.zeek_logs import record_spans
+
+    rec = recording("zeek-logs-dns-edns-ecs")
+    columns = _records(rec.data)
+    packed = pack_records(zip(*columns, strict=True))
+    assert record_spans(packed, len(rec.data)) is not None
+    assert record_spans(packed, len(rec.data) + 1) is None  # a count that does not match
+    assert record_spans(packed[:-1], None) is None  # a truncated stream
+    in_place = _converter(generic_log_schema()).convert_packed(packed, len(rec.data))
+    unpacked = _converter(generic_log_schema()).convert(*columns)
+    assert in_place.equals(unpacked) and in_place.num_rows == 148

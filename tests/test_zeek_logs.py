@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from zeek_recordings import LOG_RECORDINGS, recording
 
 from broker_spark.data.binary import decode, encode
@@ -181,3 +183,38 @@ def test_standard_schemas_come_from_zeeks_own_description() -> None:
     assert conn.names[:6] == ("ts", "uid", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p")
     assert str(standard_schema("http").fields[20]) == "tags: set[enum HTTP::Tags]"
     assert standard_schema("no_such_log") is None
+
+
+@given(st.data())
+def test_the_scanner_takes_any_bytes_without_raising(data) -> None:
+    from broker_spark.zeek.log_scan import LogScanner
+
+    rec = recording(data.draw(st.sampled_from(LOG_RECORDINGS)))
+    topic, payload = data.draw(st.sampled_from(rec.data))
+    raw = bytearray(payload)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        kind = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if kind == "flip":
+            raw[at] ^= data.draw(st.integers(1, 255))
+        elif kind == "cut":
+            del raw[at:]
+            if not raw:
+                raw = bytearray(b"\x00")
+        else:
+            raw[at:at] = data.draw(st.binary(min_size=1, max_size=9))
+    scanner = LogScanner()
+    buf = bytes(raw) + b"trailing bytes of the next message"
+    scanner.scan(buf, 0, len(raw), "zeek", 0)
+    for group in scanner.take_groups():
+        assert all(0 <= a <= b <= len(raw) for a, b in zip(group.starts, group.ends, strict=True))
+
+
+def test_the_samples_are_the_recorded_sessions() -> None:
+    from broker_spark.zeek.samples import SAMPLES, load_sample
+
+    assert load_sample("dns-edns-ecs") == recording("zeek-logs-dns-edns-ecs").data
+    assert load_sample("http-methods") == recording("zeek-logs-http-methods").data
+    assert SAMPLES == ("dns-edns-ecs", "http-methods")
+    with pytest.raises(ValueError, match="no sample"):
+        load_sample("nope")

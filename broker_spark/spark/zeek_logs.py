@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from broker_spark.errors import DecodeError
 from broker_spark.spark.schema import RecordConversionError, _unpack_columns
+from broker_spark.spark.strided import _bin_header, _text_header
 from broker_spark.spark.zeek_schema import LogColumns
 from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
@@ -97,8 +98,14 @@ class LogConverter:
     # --- the BatchConverter interface -------------------------------------------------
 
     def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch:
+        """The rows of a record stream's messages. The messages are scanned where they lie in
+        the stream (a message holds hundreds of records, so walking the stream's headers in
+        Python costs little per row); a stream the walk does not understand is unpacked."""
         if not packed:
             return _empty(self.schema)
+        spans = record_spans(packed, count)
+        if spans is not None:
+            return self._convert(packed, *spans)
         topics, payloads, senders, received, offsets = _unpack_columns(packed, count)
         return self.convert(topics, payloads, senders, received, offsets)
 
@@ -115,10 +122,24 @@ class LogConverter:
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         ends = np.cumsum(lengths)
         starts = ends - lengths
+        return self._convert(
+            data, starts.tolist(), ends.tolist(), topics, senders, received, offsets
+        )
+
+    def _convert(
+        self,
+        data: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        topics: Sequence[str],
+        senders: Sequence[str],
+        received: Sequence[int],
+        offsets: Sequence[int],
+    ) -> pa.RecordBatch:
         scanner = LogScanner(self.registry, self.paths, self.on_schema)
         for i, sender in enumerate(senders):
             before = scanner.undecodable
-            scanner.scan(data, int(starts[i]), int(ends[i]), sender, i)
+            scanner.scan(data, starts[i], ends[i], sender, i)
             if scanner.undecodable != before and self.strict:
                 raise RecordConversionError(
                     f"record at offset {offsets[i]}: the message is not valid Broker data"
@@ -289,6 +310,64 @@ class LogConverter:
             return pa.StructArray.from_arrays(children, fields=list(f.type))
         parts = [_as(p.columns[name], f.type) for p in pieces]
         return pc.take(pa.concat_arrays(parts), perm)
+
+
+def record_spans(packed: bytes, count: int | None) -> tuple[list, ...] | None:
+    """Where each record's payload lies in a record stream, and its other fields:
+    ``(starts, ends, topics, senders, received, offsets)``; None when a record is not
+    the plain ``[str, bin, str, uint, uint]`` msgpack array this reads (the unpacking
+    path then decodes, or rejects, the stream)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    topics: list[str] = []
+    senders: list[str] = []
+    received: list[int] = []
+    offsets: list[int] = []
+    pos = 0
+    size = len(packed)
+    try:
+        while pos < size:
+            if packed[pos] != 0x95:
+                return None
+            pos += 1
+            head = _text_header(packed, pos)
+            if head is None:
+                return None
+            pos += head[0]
+            topics.append(packed[pos : pos + head[1]].decode("utf-8"))
+            pos += head[1]
+            head = _bin_header(packed, pos)
+            if head is None:
+                return None
+            pos += head[0]
+            starts.append(pos)
+            pos += head[1]
+            ends.append(pos)
+            head = _text_header(packed, pos)
+            if head is None:
+                return None
+            pos += head[0]
+            senders.append(packed[pos : pos + head[1]].decode("utf-8"))
+            pos += head[1]
+            for column in (received, offsets):
+                tag = packed[pos]
+                if tag < 0x80:
+                    column.append(tag)
+                    pos += 1
+                    continue
+                width = _UINT_WIDTHS.get(tag)
+                if width is None:
+                    return None
+                column.append(int.from_bytes(packed[pos + 1 : pos + 1 + width], "big"))
+                pos += 1 + width
+    except (IndexError, UnicodeDecodeError):
+        return None
+    if pos != size or (count is not None and len(starts) != count):
+        return None
+    return starts, ends, topics, senders, received, offsets
+
+
+_UINT_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 
 
 def _as(arr: pa.Array, kind: pa.DataType) -> pa.Array:
