@@ -114,7 +114,7 @@ def test_take_stamped_gives_spool_records_with_one_time() -> None:
 def test_inline_partitions_travel_compressed() -> None:
     stream = pack_records([Record(*r, i) for i, r in enumerate(records(500))])
     part = SpoolPartition.inline(0, 500, stream)
-    assert part.codec == INLINE_CODEC == "lz4"
+    assert part.codec == INLINE_CODEC == "zstd"
     assert part.packed is not None and len(part.packed) < len(stream) // 3
     copy = pickle.loads(pickle.dumps(part))
     assert copy.records() == stream

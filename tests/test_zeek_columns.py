@@ -149,9 +149,10 @@ def _spark_value(field: LogField, value):
         return (int(value), 0) if value < 2**63 else (None, 1)
     if tag is TypeTag.TIME:
         seconds = value.seconds if hasattr(value, "seconds") else value
-        if not math.isfinite(seconds):
+        scaled = seconds * 1e6
+        if not math.isfinite(scaled):
             return None, 1
-        micros = math.trunc(seconds * 1e6 + math.copysign(0.5, seconds * 1e6))
+        micros = math.trunc(scaled + math.copysign(0.5, scaled))
         if not MIN_MICROS <= micros <= MAX_MICROS:
             return None, 1
         return pa.scalar(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")).as_py(), 0

@@ -54,7 +54,8 @@ class ReaderRuntime:
     """The spool, endpoint and pump of one stream reader in its driver-side process.
 
     ``after_connect`` runs once the endpoint is connected (the store reader
-    attaches its clone there); ``observe`` sees every batch the pump appends.
+    attaches its clone there); ``observe`` sees every batch the pump appends;
+    ``index_interval`` is the spool's (records between index entries).
     """
 
     def __init__(
@@ -65,12 +66,14 @@ class ReaderRuntime:
         after_connect: Callable[[Endpoint], object] | None = None,
         settings: EndpointSettings | None = None,
         observe: Callable[[int, list], None] | None = None,
+        index_interval: int = DEFAULT_INDEX_INTERVAL,
     ) -> None:
         self.options = options
         self.topics = tuple(topics)
         self._after_connect = after_connect
         self._settings = settings or EndpointSettings()
         self._observe = observe
+        self._index_interval = index_interval
         self._tmpdir: str | None = None
         self.spool_path = options.spool.path or ""
         self.spool: Spool | None = None
@@ -98,6 +101,7 @@ class ReaderRuntime:
             retention_bytes=cfg.retention_bytes,
             retention_ms=cfg.retention_ms,
             fsync=cfg.fsync,
+            index_interval=self._index_interval,
         )
 
     def reconcile(self, checkpoint: int) -> None:

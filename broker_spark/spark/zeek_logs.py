@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -118,7 +119,7 @@ class LogConverter:
         offsets: Sequence[int],
     ) -> pa.RecordBatch:
         """The rows of the records of these messages (spool record columns)."""
-        data = b"".join(payloads)
+        data = b"".join(payloads) + bytes(_PAD)  # room for reads past the last record
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         ends = np.cumsum(lengths)
         starts = ends - lengths
@@ -137,20 +138,20 @@ class LogConverter:
         offsets: Sequence[int],
     ) -> pa.RecordBatch:
         scanner = LogScanner(self.registry, self.paths, self.on_schema)
-        for i, sender in enumerate(senders):
-            before = scanner.undecodable
-            scanner.scan(data, starts[i], ends[i], sender, i)
-            if scanner.undecodable != before and self.strict:
+
+        def broken(i: int) -> None:
+            if self.strict:
                 raise RecordConversionError(
                     f"record at offset {offsets[i]}: the message is not valid Broker data"
                 )
+
+        scanner.scan_all(data, starts, ends, senders, broken)
         self.undecodable += scanner.undecodable
         self.others += scanner.others
         groups = scanner.take_groups()
         if not groups:
             return _empty(self.schema)
-        buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
-        buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        buf = padded(data, ends[-1] if ends else 0)
         pieces: list[_Piece] = []
         for group in groups:
             if self.columns.generic:
@@ -270,24 +271,28 @@ class LogConverter:
         offsets: Sequence[int],
     ) -> pa.RecordBatch:
         order = np.concatenate([p.order for p in pieces])
-        perm = pa.array(np.argsort(order, kind="stable"))
+        # rows in arrival order; one log's rows (the usual partition) already are
+        in_order = bool((order[1:] >= order[:-1]).all())
+        perm = None if in_order else pa.array(np.argsort(order, kind="stable"))
         messages = pa.array(np.concatenate([p.messages for p in pieces]))
 
+        def arrange(arrays: list[pa.Array]) -> pa.Array:
+            joined = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+            return joined if perm is None else pc.take(joined, perm)
+
         def column(name: str, kind: pa.DataType) -> pa.Array:
-            parts = [p.columns[name] for p in pieces]
-            return pc.take(pa.concat_arrays([_as(a, kind) for a in parts]), perm)
+            return arrange([_as(p.columns[name], kind) for p in pieces])
 
         meta = {
-            "topic": lambda: pc.take(pa.array(topics, pa.string()), messages),
-            "sender": lambda: pc.take(pa.array(senders, pa.string()), messages),
+            "topic": lambda: _per_message_text(topics, messages),
+            "sender": lambda: _per_message_text(senders, messages),
             "received_at": lambda: pc.take(
                 pa.array(received, pa.int64()).cast(pa.timestamp("ns", tz="UTC")), messages
             ).cast(_TIMESTAMP, safe=False),
             "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
-            "_path": lambda: pa.concat_arrays(
-                [pa.array([p.path] * len(p.order), pa.string()) for p in pieces]
-            ),
+            "_path": lambda: pa.concat_arrays([_repeated(p.path, len(p.order)) for p in pieces]),
         }
+        placed = {"_path"}  # built in the pieces' order; the others by message, in order
         by_role = {name: role for role, name in self.columns.roles.items()}
         arrays = []
         for f in self.schema:
@@ -295,21 +300,57 @@ class LogConverter:
             if role == "log":
                 arrays.append(column("log", f.type))
             elif role is not None:
-                arrays.append(_as(pc.take(meta[role](), perm), f.type))
+                values = meta[role]()
+                if role in placed:
+                    values = arrange([values])
+                elif perm is not None:
+                    values = pc.take(values, perm)
+                arrays.append(_as(values, f.type))
             else:
-                arrays.append(self._field(f, "", pieces, perm))
+                arrays.append(self._field(f, "", pieces, arrange))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _field(self, f: pa.Field, prefix: str, pieces: list[_Piece], perm: pa.Array) -> pa.Array:
+    def _field(self, f: pa.Field, prefix: str, pieces: list[_Piece], arrange: Any) -> pa.Array:
         name = prefix + f.name
         if pa.types.is_struct(f.type):
             children = [
-                self._field(f.type.field(i), name + ".", pieces, perm)
+                self._field(f.type.field(i), name + ".", pieces, arrange)
                 for i in range(f.type.num_fields)
             ]
             return pa.StructArray.from_arrays(children, fields=list(f.type))
-        parts = [_as(p.columns[name], f.type) for p in pieces]
-        return pc.take(pa.concat_arrays(parts), perm)
+        return arrange([_as(p.columns[name], f.type) for p in pieces])
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``n`` copies of ``text`` as a string array, built from its buffers (no per-row work)."""
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
+    if n * len(raw) >= (1 << 31) - 1:
+        return pa.array([text] * n, pa.string())
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw * n)]
+    )
+
+
+def _per_message_text(texts: Sequence[str], messages: pa.Array) -> pa.Array:
+    """Each row's message's text (its topic or sender): one text repeated, when the messages
+    all have the same (the usual partition), else picked per row."""
+    first = texts[0] if texts else ""
+    if all(t == first for t in texts):
+        return _repeated(first, len(messages))
+    return pc.take(pa.array(texts, pa.string()), messages)
+
+
+def padded(data: bytes, used: int) -> np.ndarray:
+    """``data`` as the buffer of a :class:`~broker_spark.zeek.columns.Block`, which reads up
+    to :data:`~broker_spark.zeek.columns._PAD` bytes past a record: the bytes themselves
+    when that many follow the last record (a record stream ends with the last message's
+    sender and numbers), else a padded copy."""
+    if len(data) - used >= _PAD:
+        return np.frombuffer(data, dtype=np.uint8)
+    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
 
 
 def record_spans(packed: bytes, count: int | None) -> tuple[list, ...] | None:

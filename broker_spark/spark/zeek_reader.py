@@ -9,8 +9,9 @@ spool, offsets, partitions) with three differences:
 * executors turn records into rows with a :class:`~broker_spark.spark.zeek_logs.LogConverter`.
 
 Offsets stay message offsets: a Batch of 400 records is one offset, so
-``maxRecordsPerTrigger`` and ``maxRecordsPerPartition`` count messages, and
-every row of a Batch has that Batch's ``offset``.
+``maxRecordsPerTrigger`` counts messages and every row of a Batch has that
+Batch's ``offset``; partitions are planned by log records (estimated from
+the Batches seen), so ``maxRecordsPerPartition`` bounds rows, as for events.
 """
 
 from __future__ import annotations
@@ -23,15 +24,21 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from broker_spark.spark.driver_side import ReaderRuntime
+from broker_spark.spark.offsets import plan_partitions
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.partitions import SpoolPartition, read_partition
-from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.stream_reader import MIN_RECORDS_PER_SPLIT, BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
-__all__ = ["ZeekLogStreamReader", "known_log_schema", "offered_schema"]
+__all__ = ["SPOOL_INDEX_INTERVAL", "ZeekLogStreamReader", "known_log_schema", "offered_schema"]
+
+#: Messages between the spool's index entries. A Batch of 400 records is 150 KB or so, and
+#: reading a range starts at the index entry before it, skipping records up to its start:
+#: every 128 messages (the default, sized for events) that is megabytes read for nothing.
+SPOOL_INDEX_INTERVAL = 8
 
 
 def known_log_schema(options: ReaderOptions, *, learn: bool = False) -> LogSchema | None:
@@ -84,12 +91,29 @@ class ZeekLogStreamReader(BrokerStreamReader):
 
     def make_runtime(self) -> ReaderRuntime:
         self._history = LogSchemaHistory(self.options.spool.path)
-        return ReaderRuntime(self.options, self.options.topics, observe=self._history.observe)
+        return ReaderRuntime(
+            self.options,
+            self.options.topics,
+            observe=self._history.observe,
+            index_interval=SPOOL_INDEX_INTERVAL,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_history"] = None
         return state
+
+    def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Ranges of messages holding about ``maxRecordsPerPartition`` log records at most,
+        spread over the cores while each holds enough records (a Batch holds up to 400)."""
+        per_message = self._history.records_per_message() if self._history is not None else 1.0
+        n = hi - lo
+        cap = max(1, int(self.options.max_records_per_partition / per_message))
+        least = max(1, int(MIN_RECORDS_PER_SPLIT / per_message))
+        needed = -(-n // cap)
+        waves = -(-needed // self._parallelism)
+        wanted = max(1, min(waves * self._parallelism, n // least))
+        return plan_partitions(lo, hi, cap, min_partitions=wanted)
 
     def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         part = super()._partition(runtime, lo, hi, inline)

@@ -26,7 +26,8 @@ from typing import Any
 
 from broker_spark.data.binary import decode
 from broker_spark.errors import DecodeError
-from broker_spark.zeek.log_scan import is_log_create
+from broker_spark.data.varbyte import read_varbyte
+from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
 
@@ -67,6 +68,8 @@ class LogSchemaHistory:
         self._entries: dict[Key, list[tuple[int, LogSchema]]] = {}
         self._path = os.path.join(directory, HISTORY_FILE) if directory else None
         self._readonly = readonly
+        self._messages = 0  # messages seen by observe, and the log records in them
+        self._records = 0
         if self._path is not None and os.path.exists(self._path):
             self._load(self._path)
 
@@ -84,9 +87,19 @@ class LogSchemaHistory:
     def observe(self, first_offset: int, items: Sequence[Sequence[Any]]) -> None:
         """Remember the LogCreates among messages appended from ``first_offset`` on (the
         pump's records: topic, payload, sender, ...)."""
+        records = 0
         for i, item in enumerate(items):
             payload = item[1]
-            if type(payload) is bytes and is_log_create(payload):
+            if type(payload) is not bytes:
+                continue
+            if payload.startswith(BATCH_HEAD):
+                try:
+                    records += read_varbyte(payload, len(BATCH_HEAD))[0]
+                except DecodeError:
+                    pass
+            elif payload.startswith(LOG_WRITE_HEAD):
+                records += 1
+            elif is_log_create(payload):
                 try:
                     schema = LogCreate(decode(payload)).schema()
                 except DecodeError as exc:
@@ -95,6 +108,17 @@ class LogSchemaHistory:
                     )
                     continue
                 self.add(first_offset + i, str(item[2]), schema)
+        with self._lock:
+            self._messages += len(items)
+            self._records += records
+
+    def records_per_message(self) -> float:
+        """How many log records a message has held on average (1 before any was seen):
+        Zeek's Batches hold up to 400, so a partition is planned by records, not messages."""
+        with self._lock:
+            if not self._messages or not self._records:
+                return 1.0
+            return max(1.0, self._records / self._messages)
 
     def add(self, offset: int, sender: str, schema: LogSchema) -> bool:
         """Remember ``schema`` from ``offset`` on; True when it changed the log's columns."""

@@ -46,7 +46,7 @@ _FIXED = {
 class Block:
     """Records in one buffer: record ``i`` is ``data[starts[i]:ends[i]]``."""
 
-    buf: np.ndarray  # uint8, padded with _PAD zero bytes
+    buf: np.ndarray  # uint8, with at least _PAD bytes after the last record (any values)
     starts: np.ndarray  # int64
     ends: np.ndarray  # int64
 
@@ -187,7 +187,21 @@ def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
     for zeek_type in types:
         columns.append(_decode_column(walk, ok, None, zeek_type))
     ok &= walk.pos == walk.limit
+    if not ok.all():
+        for column in columns:
+            _forget(column, ok)
     return DecodedBlock(block, columns, ok, tuple(c.zeek_type for c in columns))
+
+
+def _forget(column: ColumnData, ok: np.ndarray) -> None:
+    """Clear what a column holds for records that turned out not to fit: their lengths may
+    point anywhere (the record was read without bounds checks), so nothing may gather them."""
+    column.present &= ok
+    if column.lengths is not None:
+        column.lengths[~ok] = 0
+    if column.elements is not None and column.counts is not None:
+        owners = np.repeat(np.arange(len(ok)), column.counts)
+        _forget(column.elements, ok[owners])
 
 
 def _first_tag(heads: np.ndarray, mask: np.ndarray) -> TypeTag:

@@ -129,19 +129,17 @@ class LogLines:
     def lines(self, messages: Sequence[tuple[bytes, str]]) -> list[tuple[str, str]]:
         """``(path, line)`` of every record in ``messages`` (``(payload, sender)`` pairs),
         in the order they arrived."""
-        data = b"".join(payload for payload, _ in messages)
+        data = b"".join(payload for payload, _ in messages) + bytes(_PAD)  # room past the end
         scanner = self.scanner
         before = scanner.undecodable
-        pos = 0
-        for i, (payload, sender) in enumerate(messages):
-            scanner.scan(data, pos, pos + len(payload), sender, i)
-            pos += len(payload)
+        ends = np.cumsum([len(payload) for payload, _ in messages]).tolist()
+        starts = [0, *ends[:-1]]
+        scanner.scan_all(data, starts, ends, [sender for _, sender in messages])
         self.undecodable += scanner.undecodable - before
         groups = scanner.take_groups()
         if not groups:
             return []
-        buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
-        buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        buf = np.frombuffer(data, dtype=np.uint8)
         parts: list[tuple[np.ndarray, str, list[str | None]]] = []
         for group in groups:
             schema = group.schema

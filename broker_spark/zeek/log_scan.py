@@ -17,7 +17,7 @@ else (events, identifier updates) is skipped and counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +44,10 @@ LOG_WRITE_HEAD = _head(3) + b"\x04\x0b"
 
 #: How deep Batches may nest (Broker allows nesting; Zeek never does it).
 MAX_DEPTH = 4
+
+#: Messages read as one run at most: their bytes (Batches of 400 records are 150 KB or
+#: so) should stay in the processor's caches while numpy passes over them several times.
+RUN_MESSAGES = 16
 
 #: Schemas by the bytes of the LogCreate that declared them: a reader scans the same
 #: LogCreates again and again (every partition after a peering holds them).
@@ -130,6 +134,133 @@ class LogScanner:
         self._last = None
         return groups
 
+    def scan_all(
+        self,
+        buf: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        senders: Sequence[str],
+        fail: Callable[[int], None] | None = None,
+    ) -> None:
+        """:meth:`scan` every message ``i`` in ``buf[starts[i]:ends[i]]``; ``fail(i)`` is
+        called for one that is not valid Broker data.
+
+        Runs of messages that are Batches of LogWrites of one head, from one sender
+        (a Zeek's traffic of one log: the usual partition), are read all at once
+        (:meth:`_uniform_run`); the others one by one.
+        """
+        i = 0
+        n = len(starts)
+        while i < n:
+            taken = self._uniform_run(buf, starts, ends, senders, i)
+            if taken:
+                i += taken
+                continue
+            before = self.undecodable
+            self.scan(buf, starts[i], ends[i], senders[i], i)
+            if fail is not None and self.undecodable != before:
+                fail(i)
+            i += 1
+
+    def _uniform_run(
+        self,
+        buf: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        senders: Sequence[str],
+        first: int,
+    ) -> int:
+        """How many messages from ``first`` on were read as one run (0: none).
+
+        The run is the messages that are Batches whose first item starts with the
+        head of message ``first``'s first LogWrite, from the same sender. In the
+        whole run's bytes at once, numpy finds the head's occurrences and reads
+        each record's length; the run is taken only if every Batch then holds
+        exactly its count of records, each ending where the next head starts and
+        the last at the message's end (else nothing is noted, and messages go one
+        by one).
+        """
+        sender = senders[first]
+        pos0 = starts[first]
+        if not buf.startswith(BATCH_HEAD, pos0):
+            return 0
+        try:
+            count0, at0 = read_varbyte(buf, pos0 + len(BATCH_HEAD))
+        except DecodeError:
+            return 0
+        if count0 < 2 or not buf.startswith(LOG_WRITE_HEAD, at0):
+            return 0
+        head = self._new_head(buf, at0, sender)
+        if head is None:
+            return 0
+        head_bytes = buf[at0 : at0 + head.size]
+        firsts: list[int] = []
+        counts: list[int] = []
+        last = first
+        while last < len(starts) and last - first < RUN_MESSAGES and senders[last] == sender:
+            pos = starts[last]
+            if not buf.startswith(BATCH_HEAD, pos):
+                break
+            try:
+                count, at = read_varbyte(buf, pos + len(BATCH_HEAD))
+            except DecodeError:
+                break
+            if count < 1 or not buf.startswith(head_bytes, at):
+                break
+            firsts.append(at)
+            counts.append(count)
+            last += 1
+        taken = last - first
+        if taken < 2:
+            return 0  # one message: the one-Batch path costs less
+        lo, hi = firsts[0], ends[last - 1]
+        size = len(head_bytes)
+        if len(buf) < 8 or hi - lo < size:
+            return 0
+        view = np.frombuffer(buf, dtype=np.uint8)
+        words = np.ndarray(shape=(len(buf) - 7,), dtype=">u8", buffer=buf, strides=(1,))
+        found = np.flatnonzero(view[lo : hi - size + 1] == head_bytes[0]) + lo
+        for k in range(0, size, 8):
+            k = min(k, size - 8)
+            found = found[words[found + k] == int.from_bytes(head_bytes[k : k + 8], "big")]
+        total = sum(counts)
+        if len(found) != total:
+            return 0
+        at = found + size
+        one = view[at].astype(np.int64)
+        two = view[np.minimum(at + 1, len(buf) - 1)].astype(np.int64)
+        short = one < 0x80
+        if not (short | (two < 0x80)).all():
+            return 0
+        width = np.where(short, 1, 2)
+        record = np.where(short, one, (one & 0x7F) | (two << 7))
+        begins = at + width
+        stops = begins + record
+        # each record ends where the next head starts, a Batch's last where its message ends
+        bounds = np.cumsum(counts)
+        lasts = bounds - 1
+        heads = bounds - np.asarray(counts)
+        follows = np.ones(total, dtype=bool)
+        follows[lasts] = False
+        if not (stops[:-1][follows[:-1]] == found[1:][follows[:-1]]).all():
+            return 0
+        if not (stops[lasts] == np.asarray(ends[first:last])).all():
+            return 0
+        if not (found[heads] == np.asarray(firsts)).all():
+            return 0
+        self.records += total
+        group = head.group
+        if group is None:
+            self.skipped += total
+            return taken
+        group.starts.extend(begins.tolist())
+        group.ends.extend(stops.tolist())
+        records = self.records - total
+        for offset, count in enumerate(counts):
+            group.runs.append((first + offset, records, count))
+            records += count
+        return taken
+
     def scan(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
         """Note the log records of the message in ``buf[start:end]``; a message that is not
         valid Broker data is counted in :attr:`undecodable` (and raises nothing)."""
@@ -191,12 +322,13 @@ class LogScanner:
         self, buf: bytes, pos: int, end: int, count: int, sender: str, message: int
     ) -> bool:
         """A Batch that is ``count`` LogWrites of one head filling the message to its end,
-        as Zeek sends them: split at the head, all at once (False, and nothing noted, for
-        any other Batch; the record-by-record walk takes those).
+        as Zeek sends them: all found at once (False, and nothing noted, for any other
+        Batch; the record-by-record walk takes those).
 
-        Splitting ``buf[pos:end]`` at the head gives each record's length and bytes; the
-        split is right only if it gives exactly ``count`` pieces, each of which is a
-        length and that many bytes (a head inside a record would break that).
+        The head's occurrences are searched with numpy (its first byte, then 8 bytes at
+        a time); they are the records only if there are exactly ``count`` of them and
+        each record, by its length, ends exactly where the next head starts (a head
+        inside a record's bytes would break that).
         """
         last = self._last
         if last is None or last[2] is not sender or not buf.startswith(last[0], pos):
@@ -205,15 +337,19 @@ class LogScanner:
                 return False
             last = self._last = (buf[pos : pos + head.size], head, sender)
         head_bytes, head, _sender = last
-        pieces = buf[pos:end].split(head_bytes)
-        if len(pieces) != count + 1 or pieces[0]:
-            return False
-        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=count + 1)[1:]
-        if not lengths.all():
-            return False
         size = len(head_bytes)
-        at = pos + size + np.cumsum(lengths + size) - (lengths + size)  # each piece's start
+        if end - pos < count * (size + 1) or len(buf) < 8:
+            return False
         view = np.frombuffer(buf, dtype=np.uint8)
+        words = np.ndarray(shape=(len(buf) - 7,), dtype=">u8", buffer=buf, strides=(1,))
+        # where the head could start: its first byte, then 8 bytes at a time
+        found = np.flatnonzero(view[pos : end - size + 1] == head_bytes[0]) + pos
+        for k in range(0, size, 8):
+            k = min(k, size - 8)
+            found = found[words[found + k] == int.from_bytes(head_bytes[k : k + 8], "big")]
+        if len(found) != count or found[0] != pos:
+            return False
+        at = found + size
         first = view[at].astype(np.int64)
         second = view[np.minimum(at + 1, len(buf) - 1)].astype(np.int64)
         short = first < 0x80
@@ -221,16 +357,18 @@ class LogScanner:
             return False  # a record of 16 KiB or more: the walk reads its length
         width = np.where(short, 1, 2)
         record = np.where(short, first, (first & 0x7F) | (second << 7))
-        if not (width + record == lengths).all():
+        starts = at + width
+        stops = starts + record
+        # each record ends where the next head starts, and the last where the message ends
+        if stops[-1] != end or not (stops[:-1] == found[1:]).all():
             return False
         group = head.group
         self.records += count
         if group is None:
             self.skipped += count
             return True
-        starts = at + width
         group.starts.extend(starts.tolist())
-        group.ends.extend((starts + record).tolist())
+        group.ends.extend(stops.tolist())
         group.runs.append((message, self.records - count, count))
         return True
 

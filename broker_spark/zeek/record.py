@@ -244,11 +244,10 @@ def _read_string(r: _Reader, pos: int, depth: int) -> tuple[Any, int]:
 
 
 def _read_enum(r: _Reader, pos: int, depth: int) -> tuple[Any, int]:
+    """An enum's name; bytes that are not UTF-8 are kept (as surrogate escapes), so the name
+    renders and encodes back to exactly its bytes, as Zeek writes any string."""
     raw, end = _read_text(r, pos, depth)
-    try:
-        return Enum(raw.decode("utf-8")), end
-    except UnicodeDecodeError:
-        raise r.fail(pos, "enum name is not UTF-8") from None
+    return Enum(raw.decode("utf-8", "surrogateescape")), end
 
 
 def _read_port(r: _Reader, pos: int, depth: int) -> tuple[Any, int]:

@@ -139,9 +139,10 @@ def format_time(seconds: float, fmt: str = "epoch") -> str:
     if fmt == "epoch":
         return format_double(seconds)
     if fmt in ("millis", "millis-unsigned"):
-        if not math.isfinite(seconds):
+        scaled = seconds * 1000
+        if not math.isfinite(scaled):  # Zeek's int64 cast of these is undefined
             return "null"
-        millis = int(seconds * 1000)
+        millis = int(scaled)
         if fmt == "millis-unsigned" and millis < 0:
             millis += 1 << 64
         return str(millis)
