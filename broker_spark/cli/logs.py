@@ -153,11 +153,11 @@ def _print(
         if wanted is not None:
             found = found[: wanted - printed]
         if one_log:
-            text = "".join(line + "\n" for _path, line in found)
+            lines = "".join(line + "\n" for _path, line in found)
         else:
-            text = "".join(_with_path(path, line) + "\n" for path, line in found)
-        if text:
-            out.write(text)
+            lines = "".join(_with_path(path, line) + "\n" for path, line in found)
+        if lines:
+            out.write(lines)
             out.flush()
         printed += len(found)
         if wanted is not None and printed >= wanted:

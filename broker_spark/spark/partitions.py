@@ -46,6 +46,11 @@ __all__ = ["INLINE_CODEC", "INLINE_LEVEL", "BatchConverter", "SpoolPartition", "
 #: The largest record stream an inline partition may expand to (a bound, not a target).
 MAX_INLINE_BYTES = 1 << 31
 
+#: Rows per Arrow batch handed to Spark (slices of the partition's batch, no copies): the
+#: JVM takes a batch at a time, and smaller ones keep its heap and caches small, as
+#: Spark's own ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000) does.
+YIELD_ROWS = 10_000
+
 log = logging.getLogger(__name__)
 
 
@@ -203,4 +208,8 @@ def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.Rec
             converter.misfits,
             converter.undecodable,
         )
-    yield batch
+    if batch.num_rows <= YIELD_ROWS:
+        yield batch
+        return
+    for lo in range(0, batch.num_rows, YIELD_ROWS):
+        yield batch.slice(lo, YIELD_ROWS)

@@ -17,6 +17,7 @@ values, the log's new columns are not read, its dropped ones are null).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,8 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker_spark.data.binary import decode
-from broker_spark.errors import DecodeError
 from broker_spark.data.varbyte import read_varbyte
+from broker_spark.errors import DecodeError
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
@@ -93,10 +94,8 @@ class LogSchemaHistory:
             if type(payload) is not bytes:
                 continue
             if payload.startswith(BATCH_HEAD):
-                try:
+                with contextlib.suppress(DecodeError):
                     records += read_varbyte(payload, len(BATCH_HEAD))[0]
-                except DecodeError:
-                    pass
             elif payload.startswith(LOG_WRITE_HEAD):
                 records += 1
             elif is_log_create(payload):

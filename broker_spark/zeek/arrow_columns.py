@@ -103,9 +103,9 @@ def _string_array(
 def text_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     """A text column as the strings Zeek's JSON writer holds (``zeek_text`` of each)."""
     data, offsets = raw_texts(buf, col)
-    plain = printable_rows(data, offsets)
-    if plain.all():
+    if ((data - np.uint8(0x20)) < np.uint8(0x5F)).all():  # all printable ASCII: as they are
         return _string_array(data, offsets, col.present, pa.string())
+    plain = printable_rows(data, offsets)
     raw = _string_array(data, offsets, col.present, pa.binary())
     fix = np.flatnonzero(~plain & col.present)
     texts = [zeek_text(raw[int(i)].as_py()) for i in fix]
@@ -115,6 +115,18 @@ def text_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
         raw, pa.array(mask), pa.array([t.encode() for t in texts], pa.binary())
     )
     return fixed.cast(pa.string())
+
+
+_PAIRS: pa.Array | None = None
+
+
+def _octet_pairs() -> pa.Array:
+    """``"0.0"`` to ``"255.255"``: two octets' text by their 16-bit value (built on first use)."""
+    global _PAIRS
+    if _PAIRS is None:
+        digits = [str(i) for i in range(256)]
+        _PAIRS = pa.array([f"{a}.{b}" for a in digits for b in digits], pa.string())
+    return _PAIRS
 
 
 _HEX_WORDS: pa.Array | None = None
@@ -187,8 +199,13 @@ def addr_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     n = len(present)
     v4 = present & (col.lengths == 4)
     starts = np.where(v4, col.starts, 0)
-    octets = [pc.take(_DIGITS, pa.array(buf[starts + k])) for k in range(4)]
-    out = pc.binary_join_element_wise(*octets, ".")
+    # two halves ("10.0" and "0.1") from a table of every pair of octets, joined with a dot
+    pairs = _octet_pairs()
+    high = (buf[starts].astype(np.int32) << 8) | buf[starts + 1]
+    low = (buf[starts + 2].astype(np.int32) << 8) | buf[starts + 3]
+    out = pc.binary_join_element_wise(
+        pc.take(pairs, pa.array(high)), pc.take(pairs, pa.array(low)), "."
+    )
     v6 = np.flatnonzero(present & (col.lengths == 16))
     if len(v6):
         raw = buf[col.starts[v6][:, None] + np.arange(16)]

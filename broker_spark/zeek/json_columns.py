@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,14 +51,15 @@ class Texts:
     """A column's JSON texts: row ``r`` is ``before``, then ``array[index[r]]`` for each
     ``(array, index)`` of ``parts`` whose index is not -1, then ``after``."""
 
-    parts: list[tuple[pa.Array, np.ndarray]]
+    parts: list[tuple[pa.Array, np.ndarray | None]]  # index None: entry i is row i's
     before: str = ""
     after: str = ""
     rows: int = field(default=0)
 
 
-def _whole(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    return arr, np.arange(len(arr), dtype=np.int64)
+def _whole(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """An array whose entry ``i`` is row ``i``'s piece (no index needed)."""
+    return arr, None
 
 
 def _replace(arr: pa.Array, rows: np.ndarray, texts: Sequence[str]) -> pa.Array:
@@ -159,6 +161,18 @@ def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> 
     raise ValueError(f"no Zeek JSON for column type {col.zeek_type}")
 
 
+def _masked(arr: pa.Array, keep: np.ndarray) -> pa.Array:
+    """``arr`` (a string array, one entry per row) with the rows not in ``keep`` null."""
+    if keep.all():
+        return arr
+    if arr.type == _STRING and arr.offset == 0 and arr.null_count == 0:
+        _validity, offsets, data = arr.buffers()
+        bits = pa.py_buffer(np.packbits(keep, bitorder="little"))
+        nulls = int(len(keep) - np.count_nonzero(keep))
+        return pa.Array.from_buffers(_STRING, len(arr), [bits, offsets, data], null_count=nulls)
+    return pc.if_else(pa.array(keep), arr, pa.scalar(None, _STRING))
+
+
 def _join(
     columns: Sequence[tuple[Texts, np.ndarray]],
     n: int,
@@ -172,6 +186,11 @@ def _join(
     present in it (all columns with ``nulls``, absent ones as ``null``), comma
     separated, then ``}``. Without, a row is its one column's value (``null``
     where absent when ``nulls``), for the elements of sets and vectors.
+
+    Every piece position becomes one array aligned with the rows (null where the
+    row has no such piece): the joints picked from a small pool of constants, the
+    values as they are or picked from their tables; one element-wise join in C
+    then concatenates each row's pieces, skipping the nulls.
     """
     pool: list[str] = []
     found: dict[str, int] = {}
@@ -183,13 +202,11 @@ def _join(
             pool.append(text)
         return at
 
-    arrays: list[pa.Array] = []
-    width = sum(len(t.parts) for t, _ in columns) + len(columns) + 1
-    idx = np.full((n, width), -1, dtype=np.int64)
+    picks: list[np.ndarray] = []  # per joint slot: pool index per row (-1: none)
+    slots: list[tuple[str, Any]] = []  # ("pool", pick number) or ("array", aligned array)
     afters = sorted({t.after for t, _ in columns} | {""})
     after_id = {a: i for i, a in enumerate(afters)}
     pending = np.full(n, -1, dtype=np.int64)  # the after-id of the row's last value
-    slot = 0
     opening = braces[0] if braces else ""
     for c, (texts, has) in enumerate(columns):
         shown = np.ones(n, dtype=bool) if nulls else has
@@ -209,12 +226,14 @@ def _join(
             joint = np.where(has, joint, bare[pending + 1])
         if keys is None:  # one value per row: no separators, no braces
             joint = np.where(has, piece(texts.before), piece("null") if nulls else -1)
-        idx[:, slot] = np.where(shown, joint, -1)
-        slot += 1
+        slots.append(("pool", len(picks)))
+        picks.append(np.where(shown, joint, -1))
         for array, index in texts.parts:
-            arrays.append(array)
-            idx[:, slot] = np.where(has & (index >= 0), index, -1)
-            slot += 1
+            if index is None:
+                slots.append(("array", _masked(array, has)))
+            else:
+                keep = has & (index >= 0)
+                slots.append(("array", pc.take(array, pa.array(index, mask=~keep))))
         if keys is None:
             pending = np.where(has, after_id[texts.after], -1)
         else:
@@ -225,23 +244,17 @@ def _join(
         + [piece(a + closing) for a in afters],
         dtype=np.int64,
     )
-    idx[:, slot] = ends[pending + 1]
-    # turn per-array indices into positions in one array: the pool, then every part's array
-    base = len(pool)
-    slot = 1
-    for texts, _has in columns:
-        for array, _index in texts.parts:
-            column = idx[:, slot]
-            idx[:, slot] = np.where(column >= 0, column + base, -1)
-            base += len(array)
-            slot += 1
-        slot += 1
-    keep = idx >= 0
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(keep.sum(axis=1), out=offsets[1:])
-    every = pa.concat_arrays([pa.array(pool, _STRING), *arrays])
-    pieces = pc.take(every, pa.array(idx[keep]))
-    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), pieces), "")
+    slots.append(("pool", len(picks)))
+    picks.append(ends[pending + 1])
+    table = pa.array(pool, _STRING)
+    arrays = []
+    for kind, what in slots:
+        if kind == "pool":
+            chosen = picks[what]
+            arrays.append(pc.take(table, pa.array(chosen, mask=chosen < 0)))
+        else:
+            arrays.append(what)
+    return pc.binary_join_element_wise(*arrays, "", null_handling="skip")
 
 
 def render_block(

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_spark.errors import DecodeError
 from broker_spark.zeek.columns import _PAD, Block, decode_block
@@ -42,10 +44,11 @@ def group_lines(
     schema: LogSchema | None,
     timestamps: str = "epoch",
     include_unset: bool = False,
-) -> tuple[list[str | None], list[int], int]:
-    """The lines of a group's records (None for one that does not decode), the positions
-    of those that did not decode, and how many were named by position (no schema fits)."""
-    lines: list[str | None] = []
+) -> tuple[pa.Array, list[int], int]:
+    """The lines of a group's records as a string array (null for one that does not
+    decode), the positions of those that did not decode, and how many were named by
+    position (no schema fits them)."""
+    chunks: list[pa.Array] = []
     broken: list[int] = []
     positional = 0
     renderers: dict[int, LineRenderer] = {}
@@ -54,7 +57,7 @@ def group_lines(
     for lo in range(0, count, CHUNK):
         hi = min(lo + CHUNK, count)
         ok = np.zeros(hi - lo, dtype=bool)
-        chunk: list[str | None] = [None] * (hi - lo)
+        lines: pa.Array | None = None
         if schema is not None and hi - lo >= BULK_MIN:
             block = Block(
                 buf,
@@ -64,14 +67,16 @@ def group_lines(
             decoded = decode_block(block, schema.types)
             ok = decoded.ok
             if ok.any():
-                rendered = render_block(decoded, names, timestamps, include_unset).to_pylist()
-                chunk = [line if good else None for line, good in zip(rendered, ok, strict=True)]
-        for i in np.flatnonzero(~ok):
+                lines = render_block(decoded, names, timestamps, include_unset)
+        bad = np.flatnonzero(~ok)
+        texts: list[str | None] = []
+        for i in bad:
             raw = data[group.starts[lo + i] : group.ends[lo + i]]
             try:
                 values = decode_values(raw)
             except DecodeError:
                 broken.append(lo + int(i))
+                texts.append(None)
                 continue
             if schema is not None and len(values) == len(names) and _fits(values, schema):
                 key = 0
@@ -85,9 +90,19 @@ def group_lines(
             renderer = renderers.get(key)
             if renderer is None:
                 renderer = renderers[key] = LineRenderer(use, timestamps, include_unset, types)
-            chunk[i] = renderer.render(values)
-        lines.extend(chunk)
-    return lines, broken, positional
+            texts.append(renderer.render(values))
+        if lines is None:
+            chunks.append(pa.array(texts, pa.string()))
+        elif len(bad):
+            mask = np.zeros(hi - lo, dtype=bool)
+            mask[bad] = True
+            chunks.append(pc.replace_with_mask(lines, pa.array(mask), pa.array(texts, pa.string())))
+        else:
+            chunks.append(lines)
+    if not chunks:
+        return pa.array([], pa.string()), broken, positional
+    joined = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+    return joined, broken, positional
 
 
 def _fits(values: list, schema: LogSchema) -> bool:
@@ -126,9 +141,10 @@ class LogLines:
     def registry(self) -> SchemaRegistry:
         return self.scanner.registry
 
-    def lines(self, messages: Sequence[tuple[bytes, str]]) -> list[tuple[str, str]]:
-        """``(path, line)`` of every record in ``messages`` (``(payload, sender)`` pairs),
-        in the order they arrived."""
+    def _parts(
+        self, messages: Sequence[tuple[bytes, str]]
+    ) -> list[tuple[np.ndarray, str, pa.Array]]:
+        """Each log's lines (with the arrival order of its records) in ``messages``."""
         data = b"".join(payload for payload, _ in messages) + bytes(_PAD)  # room past the end
         scanner = self.scanner
         before = scanner.undecodable
@@ -140,7 +156,7 @@ class LogLines:
         if not groups:
             return []
         buf = np.frombuffer(data, dtype=np.uint8)
-        parts: list[tuple[np.ndarray, str, list[str | None]]] = []
+        parts: list[tuple[np.ndarray, str, pa.Array]] = []
         for group in groups:
             schema = group.schema
             if schema is None:
@@ -151,10 +167,16 @@ class LogLines:
             )
             self.undecodable += len(broken)
             parts.append((group.order(), group.path, texts))
+        return parts
+
+    def lines(self, messages: Sequence[tuple[bytes, str]]) -> list[tuple[str, str]]:
+        """``(path, line)`` of every record in ``messages`` (``(payload, sender)`` pairs),
+        in the order they arrived."""
+        parts = self._parts(messages)
         if len(parts) == 1:  # one log: already in arrival order
             _order, path, texts = parts[0]
-            return [(path, text) for text in texts if text is not None]
+            return [(path, text) for text in texts.to_pylist() if text is not None]
         order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
         paths = [p[1] for p in parts for _ in range(len(p[2]))]
-        texts = [t for p in parts for t in p[2]]
+        texts = [t for p in parts for t in p[2].to_pylist()]
         return [(paths[i], texts[i]) for i in order.tolist() if texts[i] is not None]
