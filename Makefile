@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo lint format bench clean
+.PHONY: test test-spark-versions demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# The Spark tests again on PySpark 4.0 and 4.1 (Databricks 17.3 and 18 LTS), each in its
+# own .venv-spark-X.Y, both at once; CI runs it after `make test`.
+test-spark-versions:
+	PYTHON=$(PYTHON) .ci/spark-versions
 
 demo: $(STAMP)
 	$(BIN)/broker-spark demo
@@ -35,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/broker-spark bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-spark-* .pytest_cache .ruff_cache .hypothesis

@@ -3,7 +3,7 @@
 Usage: ``python bench/pubsub.py [--quick] [--json] [--no-broker14] [--rows ROWS]
 [--transport plain,tls] [--repeat N] [--rate R] [--profile DIR]``
 
-``--rows`` picks rows (``baseline,publish,batch,latency,chain,broker14``),
+``--rows`` picks rows (``baseline,loops,publish,batch,latency,chain,broker14``),
 ``--transport`` the broker_spark transports, ``--repeat`` the runs per row (the
 best is kept and every run's figure printed, the machine being shared).
 ``--profile DIR`` writes a cProfile file per worker thread (the caller's and
@@ -18,8 +18,15 @@ the column says otherwise):
   bodies (4-byte length + 40 bytes) in batches of 1,000 and writes them to a
   loopback socket, another reads and cuts them apart. What plain Python can
   move between two processes: the ceiling for the rows below.
+- ``loops``: the three ways programs read, with default arguments everywhere
+  (``make_subscriber(topic)``: its default queue), 200,000 messages each
+  published with one ``publish`` call, TLS off: ``poll()`` sleeping 0.5 ms
+  when empty, ``get(1.0)`` one at a time, ``get(1000, 1.0)``; the same
+  through Broker 1.4 when installed (ratios printed), then broker_spark
+  again with ``qsize=2000``, labelled as tuned.
 - ``publish``: a publisher endpoint calls ``publish`` once per message, a
-  subscriber endpoint in another process reads with ``get(1000, 1.0)``.
+  subscriber endpoint in another process reads with ``get(1000, 1.0)``
+  (default queue).
 - ``publish_batch``: the same with ``publish_batch`` of 1,000 messages per call.
 - ``latency``: about 10,000 messages per second for 5 s (2 s with
   ``--quick``), each carrying its send time, read one at a time with
@@ -132,7 +139,8 @@ def _wait_subscribed(ep: Any, timeout: float = 20.0) -> None:
 
 def worker_sub(args: argparse.Namespace) -> None:
     broker, ep = _endpoint(args.impl, args.tls)
-    sub = ep.make_subscriber(TOPIC, 2000)
+    # Default arguments unless a tuned queue size is asked for.
+    sub = ep.make_subscriber(TOPIC, args.qsize) if args.qsize else ep.make_subscriber(TOPIC)
     _emit(port=ep.listen("127.0.0.1", 0))
     prof = _profiler(args, ep)
     cpu0 = time.process_time()
@@ -145,6 +153,17 @@ def worker_sub(args: argparse.Namespace) -> None:
             if item is not None:
                 now = time.time_ns()
                 lat.append(now - item[1])
+                got += 1
+    if args.loop == "poll":  # what an event loop's reader does: poll, nap when empty
+        while got < n:
+            items = sub.poll()
+            if items:
+                got += len(items)
+            else:
+                time.sleep(0.0005)
+    elif args.loop == "get1":
+        while got < n:
+            if sub.get(1.0) is not None:
                 got += 1
     while got < n:
         items = sub.get(1000, 1.0)
@@ -366,6 +385,8 @@ def run(
     rate: int = 0,
     warmup: int = 0,
     profile: str | None = None,
+    loop: str = "getn",
+    qsize: int = 0,
 ) -> dict:
     """One measurement: publisher -> (middle ->) subscriber in separate processes."""
     opts = {
@@ -376,6 +397,8 @@ def run(
         "rate": rate,
         "warmup": warmup,
         "profile": profile,
+        "loop": loop,
+        "qsize": qsize,
     }
     children: list[Child] = []
     try:
@@ -455,7 +478,15 @@ def best_latency(repeat: int, fn: Any, *args: Any, **kwargs: Any) -> dict:
     return top
 
 
-ROWS = ("baseline", "publish", "batch", "latency", "chain", "broker14")
+ROWS = ("baseline", "loops", "publish", "batch", "latency", "chain", "broker14")
+
+#: The consumer loops of the ``loops`` rows: worker ``--loop`` value and label.
+LOOPS = (
+    ("poll", "poll(), 0.5 ms nap when empty"),
+    ("get1", "get(1.0), one at a time"),
+    ("getn", "get(1000, 1.0)"),
+)
+TUNED_QSIZE = 2000
 
 
 def main() -> None:
@@ -479,6 +510,8 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=0, help="runs per row (best is kept)")
     parser.add_argument("--profile", help="directory for cProfile files of every worker thread")
+    parser.add_argument("--loop", default="getn", help=argparse.SUPPRESS)  # worker option
+    parser.add_argument("--qsize", type=int, default=0, help=argparse.SUPPRESS)  # worker option
     args = parser.parse_args()
     if args.worker:
         WORKERS[args.worker](args)
@@ -512,6 +545,27 @@ def main() -> None:
 
     if "baseline" in wanted:
         add("baseline: bare framing loop, 2 processes", best(repeat, run_baseline, n_batch * 2))
+    if "loops" in wanted:
+        with14 = not args.no_broker14 and broker14_available()
+        for loop, label in LOOPS:
+            add(
+                f"loop {label}: defaults (plain)",
+                best(repeat, run, py, "spark", "publish", n_pub, False, loop=loop),
+            )
+            if with14:
+                add(
+                    f"Broker 1.4: loop {label}: defaults (plain)",
+                    best(
+                        repeat, run, SYSTEM_PYTHON, "broker14", "publish", n_pub, False, loop=loop
+                    ),
+                )
+        for loop, label in LOOPS:
+            add(
+                f"loop {label}: tuned, qsize={TUNED_QSIZE} (plain)",
+                best(
+                    repeat, run, py, "spark", "publish", n_pub, False, loop=loop, qsize=TUNED_QSIZE
+                ),
+            )
     for tls in transports:
         t = "TLS" if tls else "plain"
         if "publish" in wanted:
@@ -571,6 +625,11 @@ def report(rows: list[dict[str, Any]], as_json: bool) -> None:
         theirs = by.get(f"Broker 1.4: {kind} (plain)")
         if ours and theirs:
             ratios[kind] = ours["rate"] / theirs["rate"]
+    for _, label in LOOPS:
+        ours = by.get(f"loop {label}: defaults (plain)")
+        theirs = by.get(f"Broker 1.4: loop {label}: defaults (plain)")
+        if ours and theirs:
+            ratios[f"loop {label}, defaults"] = ours["rate"] / theirs["rate"]
     tls_cost = {}
     for kind in ("publish, 1 call per message", "publish_batch of 1,000"):
         plain, tls = by.get(f"{kind} (plain)"), by.get(f"{kind} (TLS)")

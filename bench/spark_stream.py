@@ -52,6 +52,8 @@ import datetime as dt
 import json
 import multiprocessing as mp
 import os
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -358,14 +360,15 @@ def bench_read(
             ours.send("done")
         proc.join(10)
         sampler.__exit__()
+        shutil.rmtree(spool, ignore_errors=True)
     rate, rows, elapsed = _sustained(progress)
     oldest, newest = [], []
     for p in progress:
         if not p["numInputRows"]:
             continue
         src = p["sources"][0]
-        start = json.loads(src["startOffset"])["offset"] if src["startOffset"] else 0
-        end = json.loads(src["endOffset"])["offset"]
+        start = _offset_of(src["startOffset"])
+        end = _offset_of(src["endOffset"])
         finished = _progress_time(p)
         oldest.append(finished - _interpolate(marks, start))
         newest.append(finished - _interpolate(marks, end - 1))
@@ -383,6 +386,17 @@ def bench_read(
         "delay_newest_median_s": statistics.median(newest) if newest else None,
         "cpu_us_per_row": _per_row(sampler.by_role(), sent),
     }
+
+
+def _offset_of(reported: Any) -> int:
+    """A progress report's offset: JSON text on Spark 4.2 and later, the Python dict's
+    ``repr`` on 4.0 and 4.1 (``{'offset': 5}``), absent before the first batch."""
+    if not reported:
+        return 0
+    match = re.search(r"offset\W+(\d+)", str(reported))
+    if match is None:
+        raise ValueError(f"no offset in the progress report's {reported!r}")
+    return int(match.group(1))
 
 
 def _per_row(roles: dict[str, float], rows: int) -> dict[str, float]:

@@ -43,6 +43,11 @@ class Backend(enum.IntEnum):
     SQLite = 1
 
 
+#: Bytes a ``block`` subscriber queue may hold beyond its ``qsize`` floor (4 MiB); see
+#: :mod:`broker_spark.core.queues`.
+DEFAULT_QUEUE_BYTES = 4 << 20
+
+
 def check_overflow_policy(policy: str) -> str:
     """Return ``policy`` if it names a subscriber overflow policy, else raise ValueError."""
     if policy not in OVERFLOW_POLICIES:
@@ -60,7 +65,12 @@ class BrokerOptions:
 
     Extensions (not in Broker, with defaults that keep Broker's behaviour):
 
-    - ``subscriber_queue_size`` (20): default ``qsize`` of subscribers.
+    - ``subscriber_queue_size`` (20): default ``qsize`` of subscribers. With the
+      ``block`` policy it is a floor: a queue takes messages beyond it while
+      they cost less than ``subscriber_queue_bytes``.
+    - ``subscriber_queue_bytes`` (4 MiB): what a ``block`` subscriber's queue
+      may hold beyond its ``qsize`` (payloads plus 160 bytes a message), so a
+      slow subscriber pins at most that; 0 makes ``qsize`` a hard ceiling.
     - ``subscriber_overflow_policy`` (``"block"``): default overflow policy of
       subscribers, one of :data:`OVERFLOW_POLICIES`.
     - ``publisher_buffer_size`` (1024): messages a publisher (and
@@ -78,6 +88,7 @@ class BrokerOptions:
         self.peer_buffer_size = 2048
         self.peer_overflow_policy = "disconnect"
         self.subscriber_queue_size = 20
+        self.subscriber_queue_bytes = DEFAULT_QUEUE_BYTES
         self.subscriber_overflow_policy = "block"
         self.publisher_buffer_size = 1024
         self.status_queue_size = 1024
@@ -108,6 +119,11 @@ class BrokerOptions:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        qbytes = self.subscriber_queue_bytes
+        if type(qbytes) is not int or qbytes < 0:
+            raise ValueError(
+                f"subscriber_queue_bytes must be a non-negative integer, got {qbytes!r}"
+            )
         if self.peer_overflow_policy not in PEER_OVERFLOW_POLICIES:
             raise ValueError(
                 f"peer_overflow_policy must be one of {PEER_OVERFLOW_POLICIES}, "

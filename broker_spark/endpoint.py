@@ -10,10 +10,14 @@ and wait for it.
 interpreter exit) closes links, wakes every subscriber blocked in ``get()``
 with :class:`~broker_spark.errors.ShutdownError`, releases publishers blocked
 on a full queue, stops the loop and joins its thread within about a second.
+At interpreter exit a blocked ``get()`` returns ``None`` (``[]`` for
+``get(n)``) instead, so a daemon thread left reading ends without a traceback
+(Broker's own bindings hang there).
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import uuid
 import weakref
@@ -42,8 +46,18 @@ AWAIT_PEER_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 0.5
 
 
+_exiting = False
+
+
+def _mark_exiting() -> None:
+    """At exit, before any endpoint's finalizer: the shutdowns that follow are the exit's."""
+    global _exiting
+    _exiting = True
+
+
 def _shutdown(core: Core, loop_thread: LoopThread) -> None:
     """Close the core on its loop, then stop the loop; never raises, never hangs long."""
+    core.at_exit = _exiting
     try:
         loop_thread.run_sync(core.close, timeout=SHUTDOWN_TIMEOUT)
     except Exception:
@@ -75,6 +89,9 @@ class Endpoint:
         self._publish_src = self._core.make_source(options.publisher_buffer_size)
         # Runs on shutdown(), on garbage collection and at interpreter exit.
         self._finalizer = weakref.finalize(self, _shutdown, self._core, self._loop)
+        # atexit runs the last registered first: keep _mark_exiting ahead of the finalizers.
+        atexit.unregister(_mark_exiting)
+        atexit.register(_mark_exiting)
 
     # -- identity -------------------------------------------------------------------
 
@@ -116,6 +133,8 @@ class Endpoint:
 
         ``qsize`` defaults to 20 (``subscriber_queue_size``); ``overflow`` to
         ``"block"`` (``subscriber_overflow_policy``), see :class:`Subscriber`.
+        With ``"block"``, ``qsize`` is a floor: the queue also takes what fits in
+        ``subscriber_queue_bytes`` (4 MiB), and only then holds the senders back.
         """
         return self._subscribe(topics, qsize, overflow, safe=False)
 
@@ -135,6 +154,7 @@ class Endpoint:
             opts.subscriber_queue_size if qsize is None else qsize,
             opts.subscriber_overflow_policy if overflow is None else overflow,
             safe=safe,
+            max_bytes=opts.subscriber_queue_bytes,
         )
         self._loop.run_sync(self._core.add_subscriber, queue)
         return Subscriber(self._core, queue, safe, owner=self)

@@ -114,6 +114,8 @@ class _QueueReader:
         out = self._take(n, secs)
         try:
             while len(out) < n:
+                if self._queue is not None and self._queue.at_exit:
+                    break  # the interpreter exits: what there is, quietly (see take)
                 if deadline is None:
                     out.extend(self._take(n - len(out), None))
                     continue

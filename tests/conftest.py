@@ -15,3 +15,55 @@ settings.register_profile(
 settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=100)
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# -- nothing left behind ------------------------------------------------------------------
+#
+# The run gets a temporary directory of its own (TMPDIR, inherited by Spark's Python
+# workers, the CLI's and the notebooks' processes): whatever a test, a query or the demo
+# puts in the system temporary folder lands there. Once the run is over (the shared
+# SparkSession stopped, every query's driver-side process ended), nothing of ours may
+# remain in it: no private spool, no notebook or demo directory. Then it is removed.
+
+#: What broker-spark, its notebooks and its benchmarks name their temporary directories.
+OURS = ("broker-spark-", "broker-notebook-", "bench-spool-")
+
+_run_tmp: str | None = None
+_outer_tmp: str | None = None
+
+
+def pytest_configure(config) -> None:
+    global _run_tmp, _outer_tmp
+    import tempfile
+
+    _outer_tmp = os.environ.get("TMPDIR")
+    _run_tmp = tempfile.mkdtemp(prefix="broker-spark-tests-")
+    os.environ["TMPDIR"] = _run_tmp
+    tempfile.tempdir = None  # recomputed from TMPDIR
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    import shutil
+    import tempfile
+    import time
+
+    if _run_tmp is None:
+        return
+    deadline = time.monotonic() + 15  # Spark ends its Python processes asynchronously
+    while True:
+        left = sorted(n for n in os.listdir(_run_tmp) if n.startswith(OURS))
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    shutil.rmtree(_run_tmp, ignore_errors=True)
+    if _outer_tmp is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = _outer_tmp
+    tempfile.tempdir = None
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = f"left behind in the temporary folder: {', '.join(left)}"
+        if reporter is not None:
+            reporter.write_line(f"ERROR {text}", red=True)
+        session.exitstatus = 1

@@ -411,7 +411,15 @@ def test_interpreter_with_live_endpoints_exits_promptly():
         memory_link.connect(a, b)
         a.publish("/t", 1)
         assert sub.get(5.0) == ("/t", 1)
+        def loop(get):
+            while True:  # a reader that never checks for None: must neither raise nor spin
+                get()
+
         threading.Thread(target=sub.get, daemon=True).start()   # blocked at exit
+        threading.Thread(target=sub.get, args=(3,), daemon=True).start()
+        threading.Thread(target=loop, args=(sub.get,), daemon=True).start()
+        statuses = b.make_status_subscriber(True)
+        threading.Thread(target=loop, args=(lambda: statuses.get(30.0),), daemon=True).start()
         print("ok")
         """
     )
@@ -419,7 +427,46 @@ def test_interpreter_with_live_endpoints_exits_promptly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+    assert out.stderr == ""  # no ShutdownError traceback from the blocked threads
     assert time.monotonic() - t0 < 10
+
+
+def test_getters_blocked_when_the_interpreter_exits_return_nothing(monkeypatch):
+    """What the exit path does, in-process: the endpoint module's exit flag is set, as
+    its atexit hook sets it before the endpoints' finalizers run."""
+    import broker_spark.endpoint as endpoint_module
+
+    ep = broker.Endpoint()
+    sub = ep.make_subscriber("/t")
+    statuses = ep.make_status_subscriber(True)
+    results: dict[str, object] = {}
+    started = threading.Barrier(4)
+
+    def run(name, get):
+        started.wait()
+        results[name] = get()
+
+    threads = [
+        threading.Thread(target=run, args=("get", sub.get)),
+        threading.Thread(target=run, args=("get n", lambda: sub.get(3))),
+        threading.Thread(target=run, args=("status", statuses.get)),
+    ]
+    for t in threads:
+        t.start()
+    started.wait()
+    deadline = time.monotonic() + 5
+    while not (sub._queue._waiters == 2 and statuses._queue._waiters == 1):
+        assert time.monotonic() < deadline, "the getters never blocked"
+        time.sleep(0.01)
+    monkeypatch.setattr(endpoint_module, "_exiting", True)
+    ep.shutdown()
+    for t in threads:
+        t.join(5)
+        assert not t.is_alive()
+    assert results == {"get": None, "get n": [], "status": None}
+    # A getter that comes later waits out its timeout, then returns nothing.
+    assert sub.get(0.05) is None
+    assert sub.get(2, 0.05) == []
 
 
 def test_garbage_collected_endpoint_stops_its_thread():

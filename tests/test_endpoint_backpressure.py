@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
 import broker_spark as broker
+from broker_spark.config import DEFAULT_QUEUE_BYTES
 from broker_spark.core import memory_link
+from broker_spark.core.queues import ITEM_OVERHEAD
+from broker_spark.data.binary import encode as broker_spark_encode
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PAYLOAD = "x" * 100  # large enough that unbounded buffering of 1M messages would show
@@ -25,8 +29,16 @@ def pair():
         yield a, b
 
 
-def test_block_policy_stops_the_publisher_and_loses_nothing(pair):
-    a, b = pair
+@pytest.fixture
+def strict_pair():
+    """``subscriber_queue_bytes=0``: a subscriber's ``qsize`` is a hard ceiling."""
+    strict = broker.BrokerOptions(subscriber_queue_bytes=0)
+    with broker.Endpoint() as a, broker.Endpoint(strict) as b:
+        yield a, b
+
+
+def test_block_policy_stops_the_publisher_and_loses_nothing(strict_pair):
+    a, b = strict_pair
     qsize, link_capacity = 5, 64
     sub = b.make_subscriber("/t", qsize=qsize)
     memory_link.connect(a, b, capacity=link_capacity)
@@ -145,3 +157,64 @@ def test_memory_stays_flat_with_a_slow_reader(pair, policy):
     growth = peak[0] - base
     # Unbounded buffering would hold ~1M x ~250 bytes; the bounded pipeline a few MB.
     assert growth < 40 * 1024 * 1024, f"RSS grew by {growth / 1e6:.1f} MB"
+
+
+def _fill(a: broker.Endpoint, payload: object, stop: threading.Event) -> threading.Thread:
+    """Publish ``payload`` on /t until ``stop``; a full pipeline blocks the publisher."""
+    pub = a.make_publisher("/t")
+
+    def run():
+        while not stop.is_set():
+            try:
+                pub.publish_batch(*[payload] * 100)
+            except broker.BrokerError:  # released by shutdown
+                return
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _settled(queue, timeout: float = 10.0) -> int:
+    """How many messages ``queue`` holds once full: its bytes reached, its core stalled."""
+    deadline = time.monotonic() + timeout
+    while not (queue.bytes >= DEFAULT_QUEUE_BYTES and queue.core_waiting):
+        assert time.monotonic() < deadline, f"the queue stopped at {queue.bytes} bytes"
+        time.sleep(0.01)
+    return len(queue.items)
+
+
+@pytest.mark.parametrize("payload_bytes", [10, 1000, 64_000])
+def test_a_subscriber_nobody_reads_pins_its_byte_bound_not_more(pair, payload_bytes):
+    """With the defaults (qsize 20, 4 MiB), a queue takes messages beyond qsize while
+    they fit in its bytes, then holds the sender back; memory stays bounded."""
+    a, b = pair
+    sub = b.make_subscriber("/t")
+    memory_link.connect(a, b)
+    payload = "x" * payload_bytes
+    stop = threading.Event()
+    t = _fill(a, payload, stop)
+    queue = sub._queue
+    try:
+        held = _settled(queue)
+        unit = len(broker_spark_encode(payload)) + ITEM_OVERHEAD
+        assert held >= 20  # qsize is a floor
+        assert queue.bytes <= DEFAULT_QUEUE_BYTES + unit  # one message past, at most
+        assert held == queue.bytes // unit
+        # Reading drains it, and the flow resumes (nothing lost, in order).
+        got = sub.get(held + 500, 10.0)
+        assert len(got) == held + 500
+    finally:
+        stop.set()
+        a.shutdown()
+        t.join(5)
+
+
+def test_qsize_stays_a_ceiling_for_the_dropping_policies(pair):
+    a, b = pair
+    sub = b.make_subscriber("/t", qsize=20, overflow="drop_newest")
+    end = b.make_subscriber("/end")
+    memory_link.connect(a, b)
+    a.publish_batch(*[("/t", i) for i in range(1000)], ("/end", 0))
+    assert end.get(5.0) == ("/end", 0)
+    assert len(sub.poll()) == 20 and sub.dropped() == 980

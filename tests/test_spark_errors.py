@@ -94,3 +94,25 @@ def test_writer_errors(spark: Any) -> None:
     port = free_port()
     with pytest.raises(Exception, match=rf"option peer='127.0.0.1:{port}': cannot peer"):
         _write(rows, topic="t", peer=f"127.0.0.1:{port}", **{"ssl.disable": "true"})
+
+
+def test_a_pyspark_without_the_data_source_api_is_named() -> None:
+    """PySpark 3.5 has no ``pyspark.sql.datasource``. A fault injected in a fresh
+    interpreter (the module blocked in ``sys.modules``) stands in for it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['pyspark.sql.datasource'] = None\n"
+        "try:\n"
+        "    import pyspark_broker\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.startswith("PySparkMissingError the broker data source needs PySpark 4.0")
+    assert "Databricks Runtime 17.3 LTS" in done.stdout
+    assert "PySpark 4." in done.stdout.split("but", 1)[1]  # names the installed version

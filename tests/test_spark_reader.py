@@ -12,12 +12,12 @@ import pickle
 
 import pytest
 import spark_fixtures
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from spark_fixtures import free_port, wait_for
 
 import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.data.json_codec import dumps_value
+from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
 from broker_spark.spark.driver_side import BrokerDataLossError
 from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
@@ -138,6 +138,64 @@ def test_read_limit_and_available_now(hub: broker.Endpoint) -> None:
         assert reader.latestOffset(offset, ReadAllAvailable()) == {"offset": 100}
     finally:
         reader.stop()
+
+
+def test_spark_before_4_2_calls_latest_offset_without_arguments(
+    hub: broker.Endpoint, tmp_path
+) -> None:
+    """Spark 4.0 and 4.1 (Databricks 17.3 and 18 LTS) pass neither start nor limit: the
+    reader keeps the start itself and applies maxRecordsPerTrigger. A restarted query
+    tells it the checkpoint's last offset through ``setLatestSeenOffset``, which those
+    Spark versions turn into ``partitions(end, end)``."""
+    spool = str(tmp_path / "spool")
+    reader = _reader(hub, maxRecordsPerTrigger="40", spoolPath=spool)
+    try:
+        assert reader.initialOffset() == {"offset": 0}
+        _wait_subscribed(hub)
+        _publish(hub, 0, 100)
+        _spooled(reader, 100)
+        ends = [reader.latestOffset()["offset"] for _ in range(4)]
+        assert ends == [40, 80, 100, 100]
+        assert reader.partitions({"offset": 40}, {"offset": 80})  # a batch re-planned late
+        reader.commit({"offset": 80})  # nor does a late commit move the start back
+        assert reader.latestOffset() == {"offset": 100}
+    finally:
+        reader.stop()
+    wait_for(lambda: not hub.peers(), 20, "the first reader's peering to close")
+
+    restarted = _reader(hub, maxRecordsPerTrigger="40", spoolPath=spool)
+    try:
+        assert restarted.partitions({"offset": 100}, {"offset": 100}) == []
+        _wait_subscribed(hub)
+        _publish(hub, 100, 50)
+        _spooled(restarted, 50)  # counted by this reader's pump
+        assert restarted.latestOffset() == {"offset": 140}  # from 100, not from 0
+        assert restarted.latestOffset() == {"offset": 150}
+    finally:
+        restarted.stop()
+    wait_for(lambda: not hub.peers(), 20, "the second reader's peering to close")
+
+    # A new query's first question comes before initialOffset (and is the one question
+    # availableNow asks on these versions): everything held, whatever the limit, and
+    # the initial offset is fixed then, not when Spark asks for it later.
+    earliest = _reader(hub, maxRecordsPerTrigger="40", spoolPath=spool, startingOffsets="earliest")
+    try:
+        assert earliest.latestOffset() == {"offset": 150}
+        assert earliest.initialOffset() == {"offset": 0}
+        assert earliest.latestOffset() == {"offset": 150}
+    finally:
+        earliest.stop()
+    wait_for(lambda: not hub.peers(), 20, "the third reader's peering to close")
+    latest = _reader(hub, maxRecordsPerTrigger="40", spoolPath=spool)
+    try:
+        assert latest.latestOffset() == {"offset": 150}
+        _wait_subscribed(hub)
+        _publish(hub, 150, 50)
+        _spooled(latest, 50)
+        assert latest.initialOffset() == {"offset": 150}  # not 200: those are this query's
+        assert latest.latestOffset() == {"offset": 190}
+    finally:
+        latest.stop()
 
 
 def test_partitions_split_and_spool_mode(hub: broker.Endpoint, tmp_path) -> None:

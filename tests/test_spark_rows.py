@@ -12,7 +12,6 @@ import pytest
 import spark_fixtures
 from hypothesis import given
 from hypothesis import strategies as st
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import broker_spark as broker
 from broker_spark import zeek
@@ -21,6 +20,7 @@ from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.records import pack_records
 from broker_spark.data.types import Timespan
+from broker_spark.spark.compat import ReadAllAvailable
 from broker_spark.spark.java import JavaMissingError, require_java
 from broker_spark.spark.options import (
     BrokerOptionError,

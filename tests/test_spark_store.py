@@ -10,7 +10,7 @@ from spark_fixtures import PeerWatch, drain_until, running
 
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
-from broker_spark.spark.source import BrokerDataSource
+from broker_spark.spark import register
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
@@ -29,7 +29,8 @@ def test_read_and_write_a_store(spark: Any, hub: broker.Endpoint) -> None:
     master.put("router", ("10.0.0.1", broker.Count(3)))
     master.put(broker.Count(7), 1.5)
     # An explicit registration (as on a cluster without the pyspark_broker module) works too.
-    spark.dataSource.register(BrokerDataSource)
+    register(spark)  # idempotent: auto-discovery may have registered it already
+    register(spark)
     rows = spark.read.format("broker").options(**_options(hub)).load()
     assert rows.columns == ["key", "value", "op", "expiry", "ts", "offset"]
     got = {(r.key, r.value, r.op) for r in rows.collect()}

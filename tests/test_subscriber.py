@@ -164,7 +164,7 @@ def test_status_subscriber_fd(ep):
 
 def test_block_policy_reports_room_and_asks_for_wake_up():
     woken = []
-    q = SubscriberQueue(("/t",), 4, "block", wake_core=lambda: woken.append(1))
+    q = SubscriberQueue(("/t",), 4, "block", wake_core=lambda: woken.append(1), max_bytes=0)
     assert q.room() == 4
     q.deliver(list(range(4)))
     assert q.room() == 0
@@ -175,6 +175,41 @@ def test_block_policy_reports_room_and_asks_for_wake_up():
     assert woken == [1]
     assert q.take(10, 0) == [2, 3]
     assert q.dropped == 0
+
+
+def _msg(i: int, size: int = 90) -> tuple:
+    return ("/t", bytes(size), 1, 16, b"n" * 16, i)
+
+
+def test_block_policy_takes_what_fits_in_its_bytes_beyond_qsize():
+    """qsize is a floor; beyond it the queue takes messages while they fit in max_bytes,
+    counted as payload plus ITEM_OVERHEAD each (here 90 + 160 = 250 bytes)."""
+    woken = []
+    q = SubscriberQueue(("/t",), 2, "block", wake_core=lambda: woken.append(1), max_bytes=1000)
+    assert q.room() == 2  # nothing delivered yet: the floor only
+    q.deliver([_msg(0), _msg(1)])
+    assert q.bytes == 500
+    assert q.room() == 2  # (1000 - 500) // 250
+    q.deliver([_msg(2), _msg(3)])
+    assert q.room() <= 0  # full: 4 messages past a floor of 2, 1000 bytes
+    q.want_room()
+    assert [m[5] for m in q.take(1, 0)] == [0]
+    assert q.bytes == 750 and woken == []  # neither half the bytes nor half of qsize
+    q.take(1, 0)
+    assert q.bytes == 500 and woken == [1]
+    assert q.room() == 2
+    assert [m[5] for m in q.poll()] == [2, 3] and q.bytes == 0
+
+
+def test_a_delivery_that_corrects_the_guess_wakes_the_core():
+    """The first delivery calibrates the cost per message; a core that stalled on the
+    floor before it goes on at once, without waiting for a reader."""
+    woken = []
+    q = SubscriberQueue(("/t",), 2, "block", wake_core=lambda: woken.append(1), max_bytes=10_000)
+    q.want_room()  # the core ran out of the floor's room while routing
+    q.deliver([_msg(0), _msg(1)])
+    assert woken == [1] and not q.core_waiting
+    assert q.room() == 38  # (10_000 - 500) // 250
 
 
 def test_drop_oldest_keeps_the_newest():

@@ -202,7 +202,9 @@ def test_a_flood_of_bad_input_from_a_non_reading_client_is_bounded(ep):
     """Error replies share the bounded send queue: a client that never reads them is dropped."""
     port = ep.web_socket_listen(send_buffer_size=5, close_timeout=0.2)
     status = ep.make_status_subscriber()
-    with ws_open(port, max_queue=1) as ws:
+    # The client's own close_timeout (websockets' default 10 s) bounds how long its send()
+    # waits for its reading thread, which a full max_queue holds: shorter than our WAIT.
+    with ws_open(port, max_queue=1, close_timeout=1) as ws:
         handshake(ws, [])
 
         def flood() -> None:

@@ -420,3 +420,43 @@ def test_shutdown_closes_clients_with_going_away():
     with pytest.raises(OSError):
         ws_open(url(port), open_timeout=2)
     assert {t for t in set(threading.enumerate()) - before if t.is_alive()} == set()
+
+
+def test_zeekpys_decimal_nanoseconds_are_accepted(ep, port):
+    """zeekpy 0.3.1 writes every interval as float nanoseconds
+    (``f"{td.total_seconds() * 1000_000_000}ns"``); this is its exact message for
+    ``publish("/zeek/in", "tick", [timedelta(seconds=1.5), timedelta(days=200)])``."""
+    sub = ep.make_subscriber("/zeek")
+    message = {
+        "topic": "/zeek/in",
+        "type": "data-message",
+        "@data-type": "vector",
+        "data": [
+            {"@data-type": "count", "data": 1},
+            {"@data-type": "count", "data": 1},
+            {
+                "@data-type": "vector",
+                "data": [
+                    {"@data-type": "string", "data": "tick"},
+                    {
+                        "@data-type": "vector",
+                        "data": [
+                            {"@data-type": "timespan", "data": "1500000000.0ns"},
+                            {"@data-type": "timespan", "data": "1.728e+16ns"},
+                        ],
+                    },
+                ],
+            },
+        ],
+    }
+    ws, _ = open_client(port, ["/zeek/out"])
+    with ws:
+        ws.send(json.dumps(message))
+        topic, data = sub.get(WAIT)
+        event = zeek.Event(data)
+        assert (topic, event.name()) == ("/zeek/in", "tick")
+        assert event.args() == [dt.timedelta(seconds=1.5), dt.timedelta(days=200)]
+        # Written back as Broker writes it: an integer with the coarsest exact unit.
+        ep.publish("/zeek/out", event)
+        args = recv_json(ws)["data"][2]["data"][1]["data"]
+        assert [a["data"] for a in args] == ["1500ms", "17280000s"]

@@ -93,6 +93,7 @@ class Core:
         #: Guards ``sources`` and ``closed`` against sources made while shutting down.
         self._sources_lock = threading.Lock()
         self.closed = False
+        self.at_exit = False  # closing because the interpreter exits (set by the endpoint)
         #: Notified whenever links or their filters change (see :meth:`wait_until`).
         self.changed = threading.Condition()
         self._routes: dict[str, tuple[tuple[SubscriberQueue, ...], tuple[Link, ...]]] = {}
@@ -610,7 +611,7 @@ class Core:
         for src in sources:
             src.close()
         for q in self.subscribers + self.status_subscribers:
-            q.close()
+            q.close(self.at_exit)
         self._ready.clear()
         self._stalled.clear()
         self._notify_changed()
@@ -623,5 +624,5 @@ class Core:
         for src in sources:
             src.close()
         for q in list(self.subscribers) + list(self.status_subscribers):
-            q.close()
+            q.close(self.at_exit)
         self._notify_changed()

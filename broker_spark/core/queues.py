@@ -10,6 +10,12 @@ Two kinds, both bounded so that memory stays flat however fast anyone publishes:
   read by any thread with ``take``. Its overflow policy decides what a full
   queue does: ``block`` makes the core stall the flow that feeds it,
   ``drop_oldest``/``drop_newest`` keep the flow moving and count drops.
+  A ``block`` queue is full when it holds at least ``qsize`` messages *and*
+  at least ``max_bytes`` of them (payloads plus a fixed estimate per message):
+  ``qsize`` is a floor, not a ceiling. Broker 1.4's rate does not depend on
+  its ``qsize`` and the current Broker ignores it, while a 20-message ceiling
+  would wake the core every ten messages; the byte bound keeps what a slow
+  subscriber can pin to ``max_bytes`` plus the one routing batch in flight.
 
 Waking is done on transitions, not per message: a producer wakes the core
 only when the source was not already scheduled, the core wakes a consumer
@@ -30,17 +36,28 @@ from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.config import check_overflow_policy
+from broker_spark.config import DEFAULT_QUEUE_BYTES, check_overflow_policy
 from broker_spark.core.flare import Flare
 from broker_spark.errors import ShutdownError
 
 if TYPE_CHECKING:
     from broker_spark.core.link import Link
 
-__all__ = ["UNBOUNDED_ROOM", "Sink", "Source", "SubscriberQueue"]
+__all__ = [
+    "DEFAULT_QUEUE_BYTES",
+    "ITEM_OVERHEAD",
+    "UNBOUNDED_ROOM",
+    "Sink",
+    "Source",
+    "SubscriberQueue",
+]
 
 #: The room a destination that never blocks reports.
 UNBOUNDED_ROOM = 1 << 60
+
+#: What one queued message costs besides its payload: the tuple, the bytes and
+#: topic objects (measured with ``sys.getsizeof`` on CPython 3.11: about 160).
+ITEM_OVERHEAD = 160
 
 
 class Sink:
@@ -263,12 +280,16 @@ class SubscriberQueue(Sink):
     __slots__ = (
         "prefixes",
         "qsize",
+        "max_bytes",
+        "bytes",
+        "_unit",
         "policy",
         "blocking",
         "safe",
         "receive_statuses",
         "dropped",
         "closed",
+        "at_exit",
         "core_waiting",
         "low_water",
         "items",
@@ -288,18 +309,25 @@ class SubscriberQueue(Sink):
         safe: bool = False,
         receive_statuses: bool = False,
         wake_core: Callable[[], None] | None = None,
+        max_bytes: int = DEFAULT_QUEUE_BYTES,
     ) -> None:
         super().__init__()
         if type(qsize) is not int or qsize < 1:
             raise ValueError(f"qsize must be a positive integer, got {qsize!r}")
+        if type(max_bytes) is not int or max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
         self.prefixes = prefixes
         self.qsize = qsize
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what the queued messages cost (``block`` queues only)
+        self._unit = 0  # the cost of a message of the last delivery, on average (0: none yet)
         self.policy = check_overflow_policy(policy)
         self.blocking = policy == "block"
         self.safe = safe
         self.receive_statuses = receive_statuses
         self.dropped = 0
         self.closed = False
+        self.at_exit = False  # closed because the interpreter exits: getters go quiet
         self.core_waiting = False
         self.low_water = qsize // 2
         self.items: deque = deque(maxlen=qsize) if policy == "drop_oldest" else deque()
@@ -312,9 +340,16 @@ class SubscriberQueue(Sink):
     # -- core side ------------------------------------------------------------------
 
     def room(self) -> int:
-        if self.blocking and not self.closed:
-            return self.qsize - len(self.items)
-        return UNBOUNDED_ROOM
+        if not self.blocking or self.closed:
+            return UNBOUNDED_ROOM
+        floor = self.qsize - len(self.items)
+        spare = self.max_bytes - self.bytes
+        if spare <= 0 or not self._unit:
+            return floor
+        # Sizes are known only on delivery: room is counted at the last delivery's average
+        # cost (the first delivery, of at most qsize, calibrates it). Messages larger than
+        # those may pass the bound, by at most the batch being routed, in memory already.
+        return max(floor, spare // self._unit, 1)
 
     def want_room(self) -> None:
         self.core_waiting = True
@@ -330,6 +365,9 @@ class SubscriberQueue(Sink):
             was_empty = not items
             if self.blocking:
                 items.extend(msgs)
+                cost = _cost(msgs)
+                self.bytes += cost
+                self._unit = cost // n
             elif self.policy == "drop_oldest":
                 over = len(items) + n - self.qsize
                 if over > 0:
@@ -346,6 +384,13 @@ class SubscriberQueue(Sink):
                     self._flare.fire()
                 if self._waiters:
                     self._cond.notify()
+        if self.core_waiting and self.blocking and self.room() > 0:
+            # The core stalled on a guess this delivery corrected (the first one
+            # calibrates the cost per message): let it go on without a reader.
+            self.core_waiting = False
+            wake = self.wake_core
+            if wake is not None:
+                wake()
 
     # -- consumer side ----------------------------------------------------------------
 
@@ -355,7 +400,9 @@ class SubscriberQueue(Sink):
         Never called with the lock held: waking writes to the loop's self-pipe,
         which releases the GIL, and the core must not find this lock taken then.
         """
-        if self.core_waiting and len(self.items) <= self.low_water:
+        if self.core_waiting and (
+            len(self.items) <= self.low_water or self.bytes <= self.max_bytes >> 1
+        ):
             self.core_waiting = False
             wake = self.wake_core
             if wake is not None:
@@ -368,11 +415,16 @@ class SubscriberQueue(Sink):
         returns an empty list on timeout. Returning early lets the caller decode
         what it got while the core, woken here when the queue drained to its
         low-water mark, refills the queue. Items already queued are still handed
-        out after shutdown; an empty queue of a closed subscriber raises ShutdownError.
+        out after shutdown; an empty queue of a closed subscriber raises ShutdownError,
+        except when it was closed because the interpreter exits (:meth:`close` with
+        ``at_exit``): a getter that was waiting then returns an empty list, and a new
+        one waits out its timeout (forever without one), so a daemon thread's loop
+        neither raises nor spins while the process ends.
         """
         if n <= 0:
             return []
         deadline = None
+        waited = False
         while True:
             with self._lock:
                 items = self.items
@@ -380,16 +432,24 @@ class SubscriberQueue(Sink):
                     if n >= len(items):
                         out = list(items)
                         items.clear()
+                        self.bytes = 0
                         if self._flare is not None:
                             self._flare.extinguish()
                     else:
                         pop = items.popleft
                         out = [pop() for _ in range(n)]
+                        if self.blocking:
+                            self.bytes -= _cost(out)
                         if self._waiters:
                             self._cond.notify()  # another consumer may take the rest
                     break
                 if self.closed:
-                    raise ShutdownError("the subscriber's endpoint is shut down or it was reset")
+                    if not self.at_exit:
+                        raise ShutdownError(
+                            "the subscriber's endpoint is shut down or it was reset"
+                        )
+                    if waited:
+                        return []
                 if not self.core_waiting:
                     # Nothing to wake: sleep until the core delivers (or time runs out).
                     if timeout is None:
@@ -405,6 +465,7 @@ class SubscriberQueue(Sink):
                         self._cond.wait(remaining)
                     finally:
                         self._waiters -= 1
+                    waited = True
                     continue
             # The core is stalled on this (empty) queue: wake it outside the lock, then wait.
             self._maybe_wake_core()
@@ -416,6 +477,7 @@ class SubscriberQueue(Sink):
         with self._lock:
             out = list(self.items)
             self.items.clear()
+            self.bytes = 0
             if self._flare is not None:
                 self._flare.extinguish()
         self._maybe_wake_core()
@@ -431,10 +493,12 @@ class SubscriberQueue(Sink):
                 self._flare.set(bool(self.items) or self.closed)
             return self._flare.fileno()
 
-    def close(self) -> None:
-        """Wake every waiting consumer; once drained, ``take`` raises ShutdownError."""
+    def close(self, at_exit: bool = False) -> None:
+        """Wake every waiting consumer; once drained, ``take`` raises ShutdownError (or,
+        ``at_exit``, goes quiet: see :meth:`take`)."""
         with self._lock:
             self.closed = True
+            self.at_exit = at_exit
             self.core_waiting = False
             self._cond.notify_all()
             if self._flare is not None:
@@ -445,6 +509,7 @@ class SubscriberQueue(Sink):
         with self._lock:
             self.closed = True
             self.items.clear()
+            self.bytes = 0
             self._cond.notify_all()
             if self._flare is not None:
                 self._flare.close()
@@ -453,7 +518,27 @@ class SubscriberQueue(Sink):
     def snapshot(self) -> dict[str, Any]:
         return {
             "queued": len(self.items),
+            "queued_bytes": self.bytes,
             "qsize": self.qsize,
+            "max_bytes": self.max_bytes,
             "policy": self.policy,
             "dropped": self.dropped,
         }
+
+
+def _cost(msgs: list) -> int:
+    """What ``msgs`` cost in a queue: payload bytes plus :data:`ITEM_OVERHEAD` each.
+
+    Node message tuples carry the payload at index 1, a
+    :class:`~broker_spark.core.message.SharedMessage` as ``payload``; anything
+    else (a status) costs the overhead alone.
+    """
+    try:
+        return sum([len(m[1]) for m in msgs]) + ITEM_OVERHEAD * len(msgs)
+    except TypeError:
+        total = ITEM_OVERHEAD * len(msgs)
+        for m in msgs:
+            payload = m[1] if type(m) is tuple else getattr(m, "payload", b"")
+            if type(payload) is bytes:
+                total += len(payload)
+        return total

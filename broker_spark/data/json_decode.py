@@ -28,6 +28,7 @@ import ipaddress
 import json
 import math
 import re
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -61,6 +62,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _NS_PER = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _NS_PER.update(min=60 * _NS_PER["s"], h=3600 * _NS_PER["s"], d=86400 * _NS_PER["s"])
 _TIMESPAN = re.compile(r"([+-]?[0-9]{1,20})(ns|us|ms|s|min|h|d)\Z")
+# What lenient clients send (zeekpy: "1500000000.0ns"): a decimal number with a unit.
+_DECIMAL_TIMESPAN = re.compile(
+    r"([+-]?(?:[0-9]{1,40}\.?[0-9]{0,40}|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,4})?)"
+    r"(ns|us|ms|s|min|h|d)\Z"
+)
 _TIMESTAMP = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
     r"(?:\.([0-9]{1,9}))?(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?\Z"
@@ -250,17 +256,30 @@ def _d_port(x: Any, d: int) -> Port:
 
 @lru_cache(maxsize=1024)
 def _parse_timespan(text: str) -> Timespan | None:
+    """Broker writes a timespan as an integer and a unit (``"1500ms"``); a decimal
+    number with a unit (``"1500000000.0ns"``, ``"1.5s"``, ``"2e3ms"``) is accepted too
+    and rounded to the nearest nanosecond (ties to even)."""
     m = _TIMESPAN.match(text)
-    if m is None:
-        return None
-    ns = int(m.group(1)) * _NS_PER[m.group(2)]
+    if m is not None:
+        ns = int(m.group(1)) * _NS_PER[m.group(2)]
+    else:
+        m = _DECIMAL_TIMESPAN.match(text)
+        if m is None:
+            return None
+        try:
+            exact = Decimal(m.group(1)) * _NS_PER[m.group(2)]
+        except InvalidOperation:
+            return None
+        if not INT64_MIN - 1 <= exact <= INT64_MAX + 1:
+            return None
+        ns = int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
     return Timespan.from_ns(ns) if INT64_MIN <= ns <= INT64_MAX else None
 
 
 def _d_timespan(x: Any, d: int) -> Timespan:
     span = _parse_timespan(x) if type(x) is str else None
     if span is None:
-        raise _expect("timespan needs text <integer><ns|us|ms|s|min|h|d> within int64 ns", x)
+        raise _expect("timespan needs text <number><ns|us|ms|s|min|h|d> within int64 ns", x)
     return span
 
 

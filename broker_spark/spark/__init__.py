@@ -6,7 +6,9 @@ uses modules here that do not need Spark.
 
 * :func:`zeek_log_schema`: the typed Spark schema of a Zeek log (``"conn"``);
 * :func:`parse_zeek_json`: a Column reading Zeek JSON log lines into those columns;
-* :func:`read_zeek_json`: Zeek's JSON log files as a DataFrame of those columns.
+* :func:`read_zeek_json`: Zeek's JSON log files as a DataFrame of those columns;
+* :func:`register`: makes ``format("broker")`` known to a session where Spark did
+  not find it by itself (idempotent).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "register": "broker_spark.spark.registration",
     "zeek_log_schema": "broker_spark.spark.zeek_schema",
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",

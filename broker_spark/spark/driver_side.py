@@ -7,7 +7,8 @@ section 3). Starting follows one order, so that nothing received is missed
 and nothing is appended before the spool agrees with Spark's checkpoint:
 
 1. open the spool (``spoolPath``, or a private temporary directory that is
-   removed at :meth:`ReaderRuntime.close`);
+   removed at :meth:`ReaderRuntime.close`, on SIGTERM and at exit: see
+   :mod:`~broker_spark.spark.private_spool`);
 2. reconcile it with the highest offset Spark has handed us, if any (see
    :meth:`ReaderRuntime.reconcile`);
 3. open the endpoint, subscribing before any peering so peers learn our
@@ -21,8 +22,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 
 from broker_spark.endpoint import Endpoint
@@ -30,6 +29,7 @@ from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.private_spool import make_private_spool, release_private_spool
 from broker_spark.spark.pump import SpoolPump
 from broker_spark.spark.segment import Segment
 from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
@@ -88,7 +88,7 @@ class ReaderRuntime:
         """Step 1: the spool (created if needed)."""
         if self.spool is None:
             if not self.spool_path:
-                self._tmpdir = tempfile.mkdtemp(prefix="broker-spark-spool-")
+                self._tmpdir = make_private_spool()
                 self.spool_path = self._tmpdir
             self.spool = self._new_spool()
         return self.spool
@@ -201,5 +201,5 @@ class ReaderRuntime:
             self.spool.close()
             self.spool = None
         if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            release_private_spool(self._tmpdir)
             self._tmpdir = None

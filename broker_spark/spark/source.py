@@ -20,16 +20,22 @@ has one default schema for both (:data:`~broker_spark.spark.store_tables.STORE_D
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
-from pyspark.sql.pandas.types import to_arrow_schema
+
+from broker_spark.spark.requirement import unsupported_pyspark
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+except ImportError as exc:  # PySpark 3.5 and earlier, or none: say what is needed
+    raise unsupported_pyspark() from exc
 from pyspark.sql.types import StructType
 
+from broker_spark.spark.compat import arrow_schema
 from broker_spark.spark.options import (
     BrokerOptionError,
     parse_reader_options,
@@ -51,7 +57,7 @@ __all__ = ["BrokerDataSource", "arrow_schema_of"]
 
 def arrow_schema_of(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects ``read`` to yield for ``schema`` (exactly, nullability included)."""
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)
 
 
 class BrokerDataSource(DataSource):

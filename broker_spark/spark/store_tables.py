@@ -42,7 +42,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -53,6 +52,11 @@ from broker_spark.data.json_codec import dumps_value, loads_value
 from broker_spark.data.types import timespan_ns
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
+from broker_spark.spark.compat import (
+    HAS_ARROW_STREAM_WRITER,
+    ArrowStreamWriterBase,
+    rows_to_batches,
+)
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.driver_side import ReaderRuntime
 from broker_spark.spark.offsets import plan_partitions
@@ -390,14 +394,16 @@ class StoreTableWriter(_StoreWriting, DataSourceArrowWriter):
         return self._put_all(iterator)
 
 
-class StoreStreamWriter(_StoreWriting, DataSourceStreamArrowWriter):
+class StoreStreamWriter(_StoreWriting, ArrowStreamWriterBase):
     """``df.writeStream...option("store", NAME)``: put the rows of every micro-batch."""
 
     def __init__(self, options: WriterOptions, schema: pa.Schema, overwrite: bool) -> None:
         self._setup(options, schema)
         self._committed: set[int] = set()
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StoreCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> StoreCommitMessage:
+        if not HAS_ARROW_STREAM_WRITER:  # Spark 4.0 hands rows
+            iterator = rows_to_batches(iterator, self.schema)
         return self._put_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

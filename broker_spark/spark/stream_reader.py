@@ -46,13 +46,13 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from broker_spark.spark.compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-
 from broker_spark.spark.driver_side import BrokerDataLossError, ReaderRuntime
 from broker_spark.spark.offsets import SpoolOffset, plan_partitions
 from broker_spark.spark.options import ReaderOptions
@@ -80,6 +80,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: int | None = None
         self._parallelism = max(1, os.cpu_count() or 1)
+        self._next_start: int | None = None  # Spark before 4.2: where the next batch starts
 
     # --- what subclasses change -----------------------------------------------------------
 
@@ -126,6 +127,8 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 first = spool.end_offset()
             self._initial = SpoolOffset(first).to_dict()
+            if self._next_start is None:
+                self._next_start = first
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -137,7 +140,13 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._runtime is not None:
             self._target = self._runtime.check().end_offset()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """Where the next batch ends. Spark 4.2 and later pass the batch's start and its
+        limit (from :meth:`getDefaultReadLimit`); earlier Spark passes nothing, and the
+        reader applies ``maxRecordsPerTrigger`` from the start it knows (see
+        :meth:`_latest_without_admission`)."""
+        if start is None:
+            return self._latest_without_admission()
         first = SpoolOffset.from_dict(start).offset
         spool = self._started(first).check()
         begin, end = spool.start_offset(), spool.end_offset()
@@ -151,6 +160,36 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = min(latest, first + max(1, limit.max_rows))
         return SpoolOffset(latest).to_dict()
 
+    def _latest_without_admission(self) -> dict:
+        """Spark 4.0 and 4.1: the next batch starts where the last one Spark planned
+        ended, which the reader learns from :meth:`partitions` (every batch, and on a
+        restart Spark's ``setLatestSeenOffset`` calls it with the checkpoint's last
+        offset) and from the ends it returns here (Spark takes them as they are).
+
+        Before any of those the start is unknown. That is a new query's first
+        question, which these versions ask *before* :meth:`initialOffset` (asked only
+        when the first batch is planned), so the initial offset is fixed now, at or
+        before the end returned. It is also the one question
+        ``trigger(availableNow=True)`` asks on these versions to fix its target, so
+        the answer is everything held, whatever ``maxRecordsPerTrigger`` says:
+        availableNow reads all that is there (in one batch, as Spark runs it), and a
+        new query's first batch is not limited.
+        """
+        runtime = self._started()
+        if self._next_start is None:
+            self.initialOffset()
+            first, limit = runtime.check().start_offset(), ReadAllAvailable()
+        else:
+            first, limit = self._next_start, self.getDefaultReadLimit()
+        latest = self.latestOffset(SpoolOffset(first).to_dict(), limit)
+        self._next_start = SpoolOffset.from_dict(latest).offset
+        return latest
+
+    def _planned(self, end: int) -> None:
+        """Spark planned a batch ending at ``end`` (or restarted with it as its last)."""
+        if self._next_start is None or self._next_start < end:
+            self._next_start = end
+
     def reportLatestOffset(self) -> dict | None:
         if self._runtime is None or self._runtime.spool is None:
             return None
@@ -160,6 +199,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo = SpoolOffset.from_dict(start).offset
         hi = SpoolOffset.from_dict(end).offset
         runtime = self._started(hi)
+        self._planned(hi)
         spool = runtime.check()
         if hi <= lo:
             return []
@@ -210,7 +250,9 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         # Retention, not commits, frees the spool (commits come late, and not for the last batch).
-        self._started(SpoolOffset.from_dict(end).offset)
+        done = SpoolOffset.from_dict(end).offset
+        self._started(done)
+        self._planned(done)
 
     def stop(self) -> None:
         runtime, self._runtime = self._runtime, None

@@ -37,15 +37,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
+from broker_spark.spark.compat import (
+    HAS_ARROW_STREAM_WRITER,
+    ArrowStreamWriterBase,
+    rows_to_batches,
+)
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.delivery import acknowledged_flush, peer_links
 from broker_spark.spark.endpoint_access import publish_encoded
@@ -270,8 +271,9 @@ class BrokerBatchWriter(DataSourceArrowWriter):
         log.warning("a broker write failed; what its finished tasks published stays published")
 
 
-class BrokerStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("broker")``: publish every row of every micro-batch."""
+class BrokerStreamWriter(ArrowStreamWriterBase):
+    """``df.writeStream.format("broker")``: publish every row of every micro-batch (Spark
+    4.0 hands rows, which become Arrow batches first; later Spark hands Arrow)."""
 
     def __init__(self, options: WriterOptions, schema: pa.Schema) -> None:
         self.options = options
@@ -279,7 +281,9 @@ class BrokerStreamWriter(DataSourceStreamArrowWriter):
         make_encoder(schema, options)
         self._committer = _Committer()
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> BrokerCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> BrokerCommitMessage:
+        if not HAS_ARROW_STREAM_WRITER:
+            iterator = rows_to_batches(iterator, self.schema)
         return publish_batches(iterator, make_encoder(self.schema, self.options), self.options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
