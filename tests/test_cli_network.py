@@ -12,6 +12,7 @@ from test_cli_support import chain, plain_endpoint, wait_until
 
 from broker_spark.cli import main
 from broker_spark.data import Count
+from broker_spark.data.types import Timespan
 from broker_spark.zeek import Event
 
 
@@ -39,6 +40,20 @@ def test_publish_values_from_arguments(node, capsys) -> None:
     got = sub.get(4, 5.0)
     assert got == [("/t/x", 1), ("/t/x", "two"), ("/t/x", Count(3)), ("/t/x", (4.5,))]
     assert "published 4 messages on /t/x" in capsys.readouterr().err
+
+
+def test_publish_takes_decimal_timespans(node, capsys) -> None:
+    """As zeekpy writes intervals (float nanoseconds), rounded to whole nanoseconds."""
+    ep, port, sub, _ = node
+    span = '{"@data-type": "timespan", "data": "%s"}'
+    argv = ["publish", "/t/x", span % "1500000000.0ns", span % "1.728e+16ns"]
+    assert main(argv + _peer(port)) == 0
+    assert sub.get(2, 5.0) == [
+        ("/t/x", Timespan(1_500_000_000)),
+        ("/t/x", Timespan(17_280_000_000_000_000)),
+    ]
+    assert main(["publish", "/t/x", span % "1.5.0ns", *_peer(port)]) == 2  # a usage error
+    assert "timespan" in capsys.readouterr().err
 
 
 def test_publish_an_event_and_strings(node) -> None:

@@ -133,6 +133,21 @@ def test_json_data_column_and_bad_rows() -> None:
     assert encoded.bad[2].reason == "the topic is null or empty"
 
 
+def test_json_data_column_takes_decimal_timespans() -> None:
+    """A sloppy client's interval (zeekpy writes float nanoseconds) is rounded to whole
+    nanoseconds; text that is not a number with a unit stays a bad row."""
+    span = '{"@data-type": "timespan", "data": "%s"}'
+    texts = [span % "1500000000.0ns", span % "2.5ns", span % "1.5.0ns", span % "ns"]
+    batch = pa.RecordBatch.from_pydict({"topic": ["t"] * 4, "data": texts})
+    encoded = _encoder(batch.schema).encode(batch)
+    assert encoded.messages == [
+        ("t", encode(Timespan(1_500_000_000))),
+        ("t", encode(Timespan(2))),  # half to even
+    ]
+    assert [b.position for b in encoded.bad] == [2, 3]
+    assert all("timespan" in b.reason for b in encoded.bad), [b.reason for b in encoded.bad]
+
+
 def test_zeek_events_from_columns() -> None:
     batch = pa.RecordBatch.from_pydict(
         {"event": ["conn", None], "uid": ["C1", "C2"], "n": pa.array([1, 2], pa.uint64())}
