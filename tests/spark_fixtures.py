@@ -111,6 +111,7 @@ class PeerWatch:
     def __init__(self, endpoint: broker.Endpoint) -> None:
         self.endpoint = endpoint
         self.statuses = endpoint.make_status_subscriber(True)
+        self._counted: set[str] = set(endpoint._core.peer_filters())  # peers from before
         self.added = 0
         self.removed = 0
 
@@ -129,12 +130,26 @@ class PeerWatch:
 
         wait_for(done, timeout, f"{count} peerings")
 
-    def wait_subscribed(self, prefix: str, timeout: float = 60.0) -> None:
-        wait_for(
-            lambda: any(str(t).startswith(prefix) for t in self.endpoint.peer_subscriptions()),
+    def wait_subscribed(self, prefix: str, timeout: float = 60.0, peers: int = 1) -> None:
+        """Until ``peers`` new peers (not there when the watch began, nor counted by an
+        earlier call) announced a filter under ``prefix``: each query's endpoint is one
+        peer, and a query stopped just before may still be a peer with the same filter,
+        so publishing on the strength of the hub's union of filters could miss the new one."""
+
+        def new_subscribers() -> list[str]:
+            filters = self.endpoint._core.peer_filters()
+            return [
+                peer
+                for peer, f in filters.items()
+                if peer not in self._counted and any(str(t).startswith(prefix) for t in f)
+            ]
+
+        found = wait_for(
+            lambda: len(new_subscribers()) >= peers and new_subscribers(),
             timeout,
-            f"a peer subscribed to {prefix}",
+            f"{peers} new peers subscribed to {prefix}",
         )
+        self._counted.update(found)
 
     def close(self) -> None:
         self.statuses.reset()

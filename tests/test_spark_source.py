@@ -79,7 +79,7 @@ def test_default_zeek_and_typed_schemas(spark: Any, hub: broker.Endpoint) -> Non
                 .start()
             )
         watch.wait_added(3)
-        watch.wait_subscribed(TOPIC)
+        watch.wait_subscribed(TOPIC, peers=3)
         _publish(hub, 0, 20)
         hub.publish(TOPIC + "odd", zeek.Event("ping", "not a count", "h"))  # does not fit n
         hub.publish(TOPIC + "odd", broker.Count(7))  # not an event at all

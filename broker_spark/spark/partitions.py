@@ -8,7 +8,9 @@ partition carries per-batch data (REFERENCE.md section 3). Two ways:
   planning and the partition carries the packed records (about 130 bytes
   per small Zeek event), compressed (zstd's fast level; several times smaller:
   topics, senders, event names and log type tags repeat). Nothing but Spark's own task channel is
-  needed, so it works when executors cannot see the driver's disk.
+  needed, so it works when executors cannot see the driver's disk. The driver side
+  compresses what arrives while the previous batch runs
+  (:mod:`~broker_spark.spark.inline_frames`), so planning mostly joins frames.
 * ``spool``: the partition names ``[start, end)`` of a ``spoolPath`` that
   every executor can read (a shared file system), and the task reads it
   itself through a read-only view, so planning ships only offsets.

@@ -54,9 +54,16 @@ from broker_spark.spark.compat import (
     SupportsTriggerAvailableNow,
 )
 from broker_spark.spark.driver_side import BrokerDataLossError, ReaderRuntime
+from broker_spark.spark.inline_frames import CompressedFrames
 from broker_spark.spark.offsets import SpoolOffset, plan_partitions
 from broker_spark.spark.options import ReaderOptions
-from broker_spark.spark.partitions import BatchConverter, SpoolPartition, read_partition
+from broker_spark.spark.partitions import (
+    INLINE_CODEC,
+    INLINE_LEVEL,
+    BatchConverter,
+    SpoolPartition,
+    read_partition,
+)
 from broker_spark.spark.schema import RecordConverter
 from broker_spark.spark.segment import DataLossError
 
@@ -81,6 +88,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None
         self._parallelism = max(1, os.cpu_count() or 1)
         self._next_start: int | None = None  # Spark before 4.2: where the next batch starts
+        self._frames: CompressedFrames | None = None  # inline partitions compressed ahead
 
     # --- what subclasses change -----------------------------------------------------------
 
@@ -96,6 +104,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_runtime"] = None
+        state["_frames"] = None
         return state
 
     # --- the driver side ------------------------------------------------------------------
@@ -116,6 +125,9 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 runtime.close()
                 raise
             self._runtime = runtime
+            if self.options.partition_data == "inline" and INLINE_CODEC == "zstd":
+                assert runtime.spool is not None
+                self._frames = CompressedFrames(runtime.spool, INLINE_CODEC, INLINE_LEVEL)
         runtime.check()
         return runtime
 
@@ -149,6 +161,8 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._latest_without_admission()
         first = SpoolOffset.from_dict(start).offset
         spool = self._started(first).check()
+        if self._frames is not None:
+            self._frames.planned(first)  # the next batch starts there: compress from it on
         begin, end = spool.start_offset(), spool.end_offset()
         if first < begin and first < end:
             self._lost(first, begin, begin)
@@ -215,9 +229,12 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lo = min(begin, hi)
             ranges = self._split(lo, hi)
             try:
-                return [self._partition(runtime, a, b, inline) for a, b in ranges]
+                parts = [self._partition(runtime, a, b, inline) for a, b in ranges]
             except DataLossError:  # retention dropped a segment while we read: look again
                 continue
+            if self._frames is not None:
+                self._frames.planned(hi)
+            return parts
 
     def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
         n = hi - lo
@@ -233,7 +250,11 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fail = self.options.fail_on_data_loss
         if inline:
             assert runtime.spool is not None
-            return SpoolPartition.inline(lo, hi, runtime.spool.read_packed(lo, hi))
+            if self._frames is None:
+                return SpoolPartition.inline(lo, hi, runtime.spool.read_packed(lo, hi))
+            packed, size = self._frames.packed(lo, hi, runtime.spool.read_packed)
+            codec = INLINE_CODEC if size else None
+            return SpoolPartition(lo, hi, packed=packed, codec=codec, size=size)
         return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
 
     def _lost(self, lo: int, hi: int, earliest: int) -> None:
@@ -255,6 +276,9 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned(done)
 
     def stop(self) -> None:
+        frames, self._frames = self._frames, None
+        if frames is not None:
+            frames.close()
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             runtime.close()
