@@ -35,6 +35,7 @@ __all__ = [
     "ReadLimit",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
+    "arrow_batches",
     "arrow_schema",
     "rows_to_batches",
 ]
@@ -101,6 +102,12 @@ def rows_to_batches(rows: Iterator[Any], schema: pa.Schema) -> Iterator[pa.Recor
             chunk = []
     if chunk:
         yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+def arrow_batches(given: Iterator[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """What Spark hands a streaming writer, as Arrow batches: as they are where Spark has
+    the Arrow stream writer, else its rows made into batches."""
+    return given if HAS_ARROW_STREAM_WRITER else rows_to_batches(given, schema)
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,6 @@ thread stops with the reader.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -160,6 +159,5 @@ class CompressedFrames:
             self._sizes.append(len(raw))
             self._held += len(frame)
             self._frontier = hi
-        with contextlib.suppress(ZeroDivisionError):
-            self._per_record = len(raw) / (hi - at)
+        self._per_record = len(raw) / (hi - at)  # at < hi: never empty
         return True

@@ -52,11 +52,7 @@ from broker_spark.data.json_codec import dumps_value, loads_value
 from broker_spark.data.types import timespan_ns
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
-from broker_spark.spark.compat import (
-    HAS_ARROW_STREAM_WRITER,
-    ArrowStreamWriterBase,
-    rows_to_batches,
-)
+from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.driver_side import ReaderRuntime
 from broker_spark.spark.offsets import plan_partitions
@@ -402,9 +398,7 @@ class StoreStreamWriter(_StoreWriting, ArrowStreamWriterBase):
         self._committed: set[int] = set()
 
     def write(self, iterator: Iterator[Any]) -> StoreCommitMessage:
-        if not HAS_ARROW_STREAM_WRITER:  # Spark 4.0 hands rows
-            iterator = rows_to_batches(iterator, self.schema)
-        return self._put_all(iterator)
+        return self._put_all(arrow_batches(iterator, self.schema))  # Spark 4.0 hands rows
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if batchId not in self._committed:

@@ -42,11 +42,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
-from broker_spark.spark.compat import (
-    HAS_ARROW_STREAM_WRITER,
-    ArrowStreamWriterBase,
-    rows_to_batches,
-)
+from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.delivery import acknowledged_flush, peer_links
 from broker_spark.spark.endpoint_access import publish_encoded
@@ -282,9 +278,8 @@ class BrokerStreamWriter(ArrowStreamWriterBase):
         self._committer = _Committer()
 
     def write(self, iterator: Iterator[Any]) -> BrokerCommitMessage:
-        if not HAS_ARROW_STREAM_WRITER:
-            iterator = rows_to_batches(iterator, self.schema)
-        return publish_batches(iterator, make_encoder(self.schema, self.options), self.options)
+        batches = arrow_batches(iterator, self.schema)
+        return publish_batches(batches, make_encoder(self.schema, self.options), self.options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._committer.commit_once(messages, batchId)

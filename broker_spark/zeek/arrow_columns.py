@@ -18,6 +18,8 @@ rounded half away from zero, as ``read_zeek_json`` does), port (``int32``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -117,27 +119,17 @@ def text_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     return fixed.cast(pa.string())
 
 
-_PAIRS: pa.Array | None = None
-
-
+@functools.cache
 def _octet_pairs() -> pa.Array:
     """``"0.0"`` to ``"255.255"``: two octets' text by their 16-bit value (built on first use)."""
-    global _PAIRS
-    if _PAIRS is None:
-        digits = [str(i) for i in range(256)]
-        _PAIRS = pa.array([f"{a}.{b}" for a in digits for b in digits], pa.string())
-    return _PAIRS
+    digits = [str(i) for i in range(256)]
+    return pa.array([f"{a}.{b}" for a in digits for b in digits], pa.string())
 
 
-_HEX_WORDS: pa.Array | None = None
-
-
+@functools.cache
 def _hex_words() -> pa.Array:
     """``"0"`` to ``"ffff"``: an IPv6 word's text by its value (built on first use)."""
-    global _HEX_WORDS
-    if _HEX_WORDS is None:
-        _HEX_WORDS = pa.array([f"{i:x}" for i in range(65536)] + [""], pa.string())
-    return _HEX_WORDS
+    return pa.array([f"{i:x}" for i in range(65536)] + [""], pa.string())
 
 
 def ipv6_strings(raw: np.ndarray) -> pa.Array:

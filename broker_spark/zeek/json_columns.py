@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -202,8 +201,9 @@ def _join(
             pool.append(text)
         return at
 
-    picks: list[np.ndarray] = []  # per joint slot: pool index per row (-1: none)
-    slots: list[tuple[str, Any]] = []  # ("pool", pick number) or ("array", aligned array)
+    # per piece position: the pool index of each row's joint (-1: none; the pool is
+    # complete only at the end), or an array aligned with the rows
+    slots: list[np.ndarray | pa.Array] = []
     afters = sorted({t.after for t, _ in columns} | {""})
     after_id = {a: i for i, a in enumerate(afters)}
     pending = np.full(n, -1, dtype=np.int64)  # the after-id of the row's last value
@@ -226,14 +226,13 @@ def _join(
             joint = np.where(has, joint, bare[pending + 1])
         if keys is None:  # one value per row: no separators, no braces
             joint = np.where(has, piece(texts.before), piece("null") if nulls else -1)
-        slots.append(("pool", len(picks)))
-        picks.append(np.where(shown, joint, -1))
+        slots.append(np.where(shown, joint, -1))
         for array, index in texts.parts:
             if index is None:
-                slots.append(("array", _masked(array, has)))
+                slots.append(_masked(array, has))
             else:
                 keep = has & (index >= 0)
-                slots.append(("array", pc.take(array, pa.array(index, mask=~keep))))
+                slots.append(pc.take(array, pa.array(index, mask=~keep)))
         if keys is None:
             pending = np.where(has, after_id[texts.after], -1)
         else:
@@ -244,16 +243,11 @@ def _join(
         + [piece(a + closing) for a in afters],
         dtype=np.int64,
     )
-    slots.append(("pool", len(picks)))
-    picks.append(ends[pending + 1])
+    slots.append(ends[pending + 1])
     table = pa.array(pool, _STRING)
-    arrays = []
-    for kind, what in slots:
-        if kind == "pool":
-            chosen = picks[what]
-            arrays.append(pc.take(table, pa.array(chosen, mask=chosen < 0)))
-        else:
-            arrays.append(what)
+    arrays = [
+        pc.take(table, pa.array(s, mask=s < 0)) if isinstance(s, np.ndarray) else s for s in slots
+    ]
     return pc.binary_join_element_wise(*arrays, "", null_handling="skip")
 
 
