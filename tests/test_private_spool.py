@@ -185,3 +185,36 @@ def test_sigterm_during_a_removal_finishes_it(tmp_path, stall_in, how) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == -signal.SIGTERM
     assert os.listdir(tmp_path) == []
+
+
+HOLDING_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from broker_spark.spark import private_spool
+    path = private_spool.make_private_spool(sys.argv[1])
+    with private_spool._lock:  # as in the middle of making or releasing a spool
+        print("holding", flush=True)
+        time.sleep(30)
+    """
+)
+
+
+def test_sigterm_while_this_thread_holds_the_lock_neither_hangs_nor_leaks(tmp_path) -> None:
+    """Spark's SIGTERM lands while the main thread is inside the module's locked section.
+
+    The handler runs on that same thread and takes the lock again; it must not wait on
+    itself (the process would hang forever with its spool). Fault injected: the child
+    holds the lock in its main thread when the signal comes.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "holding"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == -signal.SIGTERM
+        assert os.listdir(tmp_path) == []
+    finally:
+        proc.kill()
+        proc.wait()

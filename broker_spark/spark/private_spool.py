@@ -36,7 +36,11 @@ PREFIX = "broker-spark-spool-"
 
 _NAME = re.compile(re.escape(PREFIX) + r"([0-9]+)-")
 
-_lock = threading.Lock()
+#: Re-entrant: the SIGTERM handler runs on the main thread between two bytecodes, possibly
+#: while that same thread holds the lock (making or releasing a spool, or the first
+#: SIGTERM's handler when Spark sends its second); a plain lock would hang the process
+#: there for good, spool and all.
+_lock = threading.RLock()
 _live: set[str] = set()  # this process's private spools
 _removing: set[str] = set()  # being removed right now (no longer in _live)
 _hooks_installed = False
