@@ -25,19 +25,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from broker_spark.config import BrokerOptions
 from broker_spark.core.queues import UNBOUNDED_ROOM
-from broker_spark.core.tcp_link import TcpLink
-from broker_spark.errors import EC, SC, DecodeError, PeeringError, ShutdownError
+from broker_spark.core.tcp_link import LinkHost, TcpLink
+from broker_spark.errors import EC, SC, DecodeError, ShutdownError
 from broker_spark.protocol.envelope_reader import EnvelopeReader
 from broker_spark.protocol.handshake import Handshake
 from broker_spark.status import NetworkInfo, PeerFlags
 
-if TYPE_CHECKING:
-    from broker_spark.core.peering import Peering, Target
-
-__all__ = ["PeerConnection"]
+__all__ = ["ConnectionHost", "PeerConnection"]
 
 #: Bytes the transport may buffer before it asks us to stop writing.
 WRITE_HIGH_WATER = 1 << 20
@@ -49,23 +47,63 @@ CLOSE_GRACE = 1.0
 READ_BUFFER_SIZE = 256 * 1024
 
 
+class ConnectionHost(LinkHost, Protocol):
+    """What a connection needs of the endpoint's peering, which owns it.
+
+    Declared on the connection's side so the connection never imports its
+    owner: settings it reads, the core's I/O batching, and the events it
+    reports back up (the peering decides what they mean).
+    """
+
+    loop: asyncio.AbstractEventLoop
+    options: BrokerOptions
+    closed: bool
+    versions: tuple[int, ...]
+    handshake_timeout: float
+    max_frame_size: int
+    ping_interval: float
+    liveness_timeout: float
+    stall_timeout: float
+
+    def advertised_filter(self, link: Any) -> tuple[str, ...]: ...
+
+    def connection_made(self, conn: PeerConnection) -> bool: ...
+
+    def connection_closing(self, conn: PeerConnection) -> None: ...
+
+    def connection_lost(self, conn: PeerConnection) -> None: ...
+
+    def connection_failed(
+        self, conn: PeerConnection, code: EC, message: str, peer_id: bytes | None
+    ) -> None: ...
+
+    def claim(self, peer_id: bytes, conn: PeerConnection) -> bool: ...
+
+    def redundant(self, conn: PeerConnection, peer_id: bytes | None) -> None: ...
+
+    def join(self, link: TcpLink) -> bool: ...
+
+    def room_freed(self, conn: PeerConnection) -> None: ...
+
+
 class PeerConnection(asyncio.BufferedProtocol):
     """The protocol of one peer socket, from connect/accept to close."""
 
     def __init__(
         self,
-        peering: Peering,
+        peering: ConnectionHost,
         role: Literal["connector", "acceptor"],
         network: NetworkInfo,
         *,
-        target: Target | None = None,
+        key: tuple[str, int] | None = None,
         tls: bool = False,
     ) -> None:
         self.peering = peering
         self.loop = peering.loop
         self.role = role
         self.network = network
-        self.target = target
+        #: The address this connection was dialled for (None when accepted).
+        self.key = key
         self.tls = tls
         self.transport: Any = None
         self.decoder = EnvelopeReader(peering.max_frame_size)
@@ -105,12 +143,9 @@ class PeerConnection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peering = self.peering
-        if peering.closed:
+        if not peering.connection_made(self):
             self.abort()
             return
-        peering.conns.add(self)
-        if self.target is not None:
-            self.target.conn = self
         now = self.loop.time()
         self.last_rx = now
         hs = self.handshake = Handshake(
@@ -210,8 +245,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.closing = True
         self._cancel_timer()
         peering = self.peering
-        peering.conns.discard(self)
-        peering.release_claim(self)
+        peering.connection_lost(self)
         link = self.link
         if link is None:
             hs = self.handshake
@@ -294,9 +328,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         link.prefixes = tuple(hs.peer_filter or ())
         link.sent_filter = hs.own_filter
         self.link = link
-        try:
-            peering.core.add_link(link)
-        except (PeeringError, ShutdownError):
+        if not peering.join(link):
             # Already peered over another connection (a race the originator missed).
             self.link = None
             link.closed = True
@@ -304,7 +336,6 @@ class PeerConnection(asyncio.BufferedProtocol):
             peering.redundant(self, hs.peer_id)
             self.close()
             return
-        peering.link_added(link)
         self.last_rx = self.last_ping = self.loop.time()
 
     # -- writing --------------------------------------------------------------------
@@ -374,7 +405,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         if self._room_wanted and not self._paused:
             self._room_wanted = False
             self.peering.core.wake()
-        self.peering.fabric.room_freed(self)
+        self.peering.room_freed(self)
 
     # -- reading back-pressure -----------------------------------------------------
 
@@ -450,7 +481,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         """Close after flushing what is queued (aborted if that takes too long)."""
         if self.lost:
             return
-        self.closing = True
+        self._begin_closing()
         self._cancel_timer()
         if self.transport is not None:
             self._flush(force=True)
@@ -459,10 +490,20 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def abort(self) -> None:
         """Close at once, dropping whatever is unsent."""
-        self.closing = True
+        self._begin_closing()
         self._cancel_timer()
         if self.transport is not None and not self.lost:
             self.transport.abort()
+
+    def begin_goodbye(self, timeout: float) -> None:
+        """Our goodbye ping is out: read nothing but its pong, and close after ``timeout``."""
+        self._begin_closing()
+        self.set_timer(timeout, self.close)
+
+    def _begin_closing(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.peering.connection_closing(self)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -25,7 +25,8 @@ revocations, so no path ever runs through it.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.message import DATA
 from broker_spark.data.varbyte import read_varbyte
@@ -50,11 +51,9 @@ from broker_spark.status import EndpointInfo, Status
 from broker_spark.topic import Filter
 
 if TYPE_CHECKING:
-    from broker_spark.core.connection import PeerConnection
-    from broker_spark.core.peering import Peering
-    from broker_spark.core.tcp_link import TcpLink
+    from broker_spark.core.actor import Core
 
-__all__ = ["Fabric", "RelayEntry"]
+__all__ = ["Fabric", "FabricConnection", "FabricLink", "RelayEntry"]
 
 #: Topics whose branch tables are cached before the cache starts over.
 BRANCH_CACHE_SIZE = 4096
@@ -67,6 +66,38 @@ def plan_payload(body: bytes) -> bytes:
     _sender, _receiver, msg = decode_v2(body)
     assert isinstance(msg, RoutedMessage)
     return msg.payload
+
+
+class FabricConnection(Protocol):
+    """What the fabric needs of a version 2 link's connection (its send buffer and reading)."""
+
+    decoder: Any  # the connection's EnvelopeReader: learns relay plans per header
+
+    def send(self, parts: list[bytes], count: int = 1) -> None: ...
+
+    def room(self) -> int: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def fail(self, code: EC, message: str) -> None: ...
+
+
+class FabricLink(Protocol):
+    """What the fabric needs of a version 2 link (``core.tcp_link.TcpLink`` is one).
+
+    Declared here, on the fabric's side, so the fabric does not know the link's
+    module: the link uses the fabric, never the other way round.
+    """
+
+    peer_id: bytes
+    closed: bool
+    conn: FabricConnection
+
+    def send_body(self, body: bytes) -> None: ...
+
+    def report_invalid(self, what: str) -> None: ...
 
 
 class RelayEntry:
@@ -86,13 +117,22 @@ class RelayEntry:
 class Fabric:
     """Router and forwarder of one endpoint, wired to its version 2 links."""
 
-    def __init__(self, peering: Peering) -> None:
-        self.peering = peering
-        self.core = peering.core
-        self.own = peering.node_id
+    def __init__(
+        self,
+        core: Core,
+        *,
+        routes_changed: Callable[[], None],
+        union_changed: Callable[[], None],
+    ) -> None:
+        self.core = core
+        self.own = core.node_id
+        #: Called after every batch of routing news (a ``peer()`` may wait for routes).
+        self._routes_changed = routes_changed
+        #: Called when the union of filters changed (advertised filters need a refresh).
+        self._union_changed = union_changed
         self.router = Router(self.own)
         self.forwarder = Forwarder(self.router)
-        self.links: dict[bytes, TcpLink] = {}
+        self.links: dict[bytes, FabricLink] = {}
         self.leaf = not self.core.forwarding
         #: Bumped whenever routes or filters change; links key their header caches on it.
         self.version = 0
@@ -103,7 +143,7 @@ class Fabric:
         self._routes_version = -1
         self._branches: dict[str, dict[bytes, bytes]] = {}
         self._removing: bytes | None = None
-        self._blocked: list[PeerConnection] = []
+        self._blocked: list[FabricConnection] = []
         # Per distinct routed header: what this hop does (see receive_routed).
         self._hops: dict[bytes | None, tuple] = {}
         self._hops_version = -1
@@ -112,13 +152,13 @@ class Fabric:
 
     # -- links ---------------------------------------------------------------------
 
-    def add_link(self, link: TcpLink) -> None:
+    def add_link(self, link: FabricLink) -> None:
         self.links[link.peer_id] = link
         self.router.add_neighbor(link.peer_id)
         self.flush()
         self.core.on_link_filter(link, self.union)
 
-    def remove_link(self, link: TcpLink) -> None:
+    def remove_link(self, link: FabricLink) -> None:
         if self.links.get(link.peer_id) is not link:
             return
         del self.links[link.peer_id]
@@ -138,7 +178,7 @@ class Fabric:
 
     # -- receiving -------------------------------------------------------------------
 
-    def receive_routing(self, link: TcpLink, body: bytes) -> None:
+    def receive_routing(self, link: FabricLink, body: bytes) -> None:
         """A SUBSCRIPTION or REVOCATION from ``link``'s peer."""
         try:
             _sender, _receiver, msg = decode_v2(body)
@@ -149,7 +189,7 @@ class Fabric:
             return
         self.flush()
 
-    def receive_routed(self, link: TcpLink, body: bytes, outbox: dict) -> tuple | None:
+    def receive_routed(self, link: FabricLink, body: bytes, outbox: dict) -> tuple | None:
         """A routed publication: queue its branches in ``outbox``; return a tuple if it is for us.
 
         What a hop does depends only on the header (type, TTL, topic, publisher,
@@ -213,7 +253,7 @@ class Fabric:
         topic, kind, ttl, publisher = deliver
         return [(topic, payload, kind, ttl, publisher) for payload in payloads]
 
-    def send_outbox(self, link: TcpLink, outbox: dict) -> None:
+    def send_outbox(self, link: FabricLink, outbox: dict) -> None:
         """Send what :meth:`receive_routed` queued; stop reading ``link`` if a hop is full."""
         for target, (parts, count) in outbox.items():
             if target.closed:
@@ -225,7 +265,7 @@ class Fabric:
                 link.conn.pause_reading()
         outbox.clear()
 
-    def _plan_hop(self, link: TcpLink, head: bytes) -> tuple | None:
+    def _plan_hop(self, link: FabricLink, head: bytes) -> tuple | None:
         """Decode a routed message's header and work out what this hop does with it."""
         try:
             _sender, _receiver, msg = decode_v2(head)
@@ -233,7 +273,7 @@ class Fabric:
                 raise DecodeError("not a routed message")
             result = self.forwarder.receive(msg)
         except BrokerError as exc:
-            link._bad(f"invalid routed message: {exc}")
+            link.report_invalid(f"invalid routed message: {exc}")
             return None
         forwards = [
             (child, encode_v2_parts(self.own, child, fwd)[0]) for child, fwd in result.forwards
@@ -244,7 +284,7 @@ class Fabric:
             deliver = (msg.topic, kind, msg.ttl, msg.publisher)
         return deliver, forwards
 
-    def room_freed(self, conn: PeerConnection) -> None:
+    def room_freed(self, conn: FabricConnection) -> None:
         """``conn`` flushed its send buffer: resume hops that waited for it."""
         if self._blocked and conn.room() > 0:
             blocked, self._blocked = self._blocked, []
@@ -307,8 +347,7 @@ class Fabric:
             else:
                 continue
             core.emit(Status(code, EndpointInfo(core.id_to_str(node)), text))
-        if self.peering.awaiting_routes:
-            self.peering.routes_learned()
+        self._routes_changed()
         if router.routes_version != self._routes_version:
             self._routes_version = router.routes_version
             self.version += 1
@@ -331,7 +370,7 @@ class Fabric:
             self.union = new
             for link in list(self.links.values()):
                 core.on_link_filter(link, new)
-            self.peering.refresh_filters()
+            self._union_changed()
         core._notify_changed()
 
 

@@ -26,16 +26,29 @@ The contract, for a network link:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from broker_spark.config import BrokerOptions
 from broker_spark.core.queues import Sink, Source
 from broker_spark.errors import SC
 from broker_spark.status import EndpointInfo, NetworkInfo, PeerFlags
 
-if TYPE_CHECKING:
-    from broker_spark.core.actor import Core
+__all__ = ["Link", "LinkCore"]
 
-__all__ = ["Link"]
+
+class LinkCore(Protocol):
+    """What a link needs of the core it joins (``core.actor.Core`` is one).
+
+    Declared here because the core routes to links and so imports this module;
+    a link that named the core's class would make the two know each other.
+    Subclasses that need more of the core keep it as ``self.core`` all the same.
+    """
+
+    options: BrokerOptions
+
+    def id_to_str(self, node_id: bytes) -> str: ...
+
+    def make_source(self, capacity: int, *, remote: bool = False, link: Any = None) -> Source: ...
 
 
 class Link(Sink):
@@ -50,7 +63,7 @@ class Link(Sink):
 
     def __init__(
         self,
-        core: Core,
+        core: Any,
         peer_id: bytes,
         *,
         network: NetworkInfo | None = None,
@@ -58,6 +71,8 @@ class Link(Sink):
         capacity: int | None = None,
     ) -> None:
         super().__init__()
+        #: The core this link belongs to (a :class:`LinkCore`; typed loosely so that
+        #: subclasses may use all of it).
         self.core = core
         self.peer_id = peer_id
         self.peer_str = core.id_to_str(peer_id)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from broker_spark.core.tls import looks_like_tls
 from broker_spark.errors import EC
@@ -24,10 +24,7 @@ from broker_spark.protocol.framing import encode_frame
 from broker_spark.protocol.messages import DropConn, encode_handshake
 from broker_spark.status import NetworkInfo
 
-if TYPE_CHECKING:
-    from broker_spark.core.peering import Peering
-
-__all__ = ["Listener"]
+__all__ = ["Listener", "classify_tls_failure"]
 
 #: Connections accepted per readiness callback before yielding to the loop.
 ACCEPT_BATCH = 64
@@ -40,7 +37,7 @@ def _bind(address: str, port: int) -> socket.socket:
     return sock
 
 
-def _classify_tls_failure(exc: BaseException, network: NetworkInfo, limit: float) -> tuple[EC, str]:
+def classify_tls_failure(exc: BaseException, network: NetworkInfo, limit: float) -> tuple[EC, str]:
     """An EC code and a message for a TLS handshake of an accepted socket that failed.
 
     asyncio ends a TLS handshake that misses ``ssl_handshake_timeout`` with a
@@ -60,11 +57,31 @@ def _classify_tls_failure(exc: BaseException, network: NetworkInfo, limit: float
 
 
 class Listener:
-    """One listening socket, accepting peers on the endpoint's loop."""
+    """One listening socket, accepting peers on the endpoint's loop.
 
-    def __init__(self, peering: Peering, address: str, port: int) -> None:
-        self.peering = peering
-        self.loop = peering.loop
+    It knows nothing of its owner (the peering): what it accepted goes to the
+    ``accepted`` callback as ``(socket, network, tls)``, failures to ``report``.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        address: str,
+        port: int,
+        *,
+        node_id: bytes,
+        tls: bool,
+        handshake_timeout: float,
+        accepted: Callable[[socket.socket, NetworkInfo, bool], None],
+        report: Callable[[EC, str], None],
+    ) -> None:
+        self.loop = loop
+        self.node_id = node_id
+        #: Whether this endpoint speaks TLS (then every accepted socket is sniffed first).
+        self.tls = tls
+        self.handshake_timeout = handshake_timeout
+        self._accepted = accepted
+        self._report = report
         self.sock = _bind(address, port)
         self.port: int = self.sock.getsockname()[1]
         self._sniffing: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
@@ -77,47 +94,20 @@ class Listener:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self.peering.report(EC.CannotOpenResource, f"accept failed: {exc}")
+                self._report(EC.CannotOpenResource, f"accept failed: {exc}")
                 return
             sock.setblocking(False)
             network = NetworkInfo(str(addr[0]), int(addr[1]))
-            if self.peering.tls is None:
-                self._start(sock, network, tls=False)
+            if not self.tls:
+                self._accepted(sock, network, False)
             else:
                 self._sniff(sock, network)
-
-    def _start(self, sock: socket.socket, network: NetworkInfo, *, tls: bool) -> None:
-        peering = self.peering
-        task = self.loop.create_task(self._connect(sock, network, tls))
-        peering.tasks.add(task)
-        task.add_done_callback(peering.tasks.discard)
-
-    async def _connect(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
-        from broker_spark.core.connection import PeerConnection
-
-        peering = self.peering
-        ctx = peering.tls.server if (tls and peering.tls is not None) else None
-        try:
-            await self.loop.connect_accepted_socket(
-                lambda: PeerConnection(peering, "acceptor", network, tls=tls),
-                sock,
-                ssl=ctx,
-                ssl_handshake_timeout=peering.handshake_timeout if ctx else None,
-            )
-        except asyncio.CancelledError:
-            sock.close()
-            raise
-        except Exception as exc:
-            sock.close()
-            peering.report(*_classify_tls_failure(exc, network, peering.handshake_timeout))
 
     # -- telling TLS from plain ---------------------------------------------------------
 
     def _sniff(self, sock: socket.socket, network: NetworkInfo) -> None:
         fd = sock.fileno()
-        timer = self.loop.call_later(
-            self.peering.handshake_timeout, self._sniff_timeout, fd, network
-        )
+        timer = self.loop.call_later(self.handshake_timeout, self._sniff_timeout, fd, network)
         self._sniffing[fd] = (sock, timer)
         self.loop.add_reader(fd, self._sniffed, fd, network)
 
@@ -134,7 +124,7 @@ class Listener:
         sock = self._take(fd)
         if sock is not None:
             sock.close()
-            self.peering.report(
+            self._report(
                 EC.PeerTimeout, f"{network!r}: no TLS handshake within the handshake timeout"
             )
 
@@ -155,10 +145,10 @@ class Listener:
             sock.close()  # connected and left without a word (a port probe)
             return
         if looks_like_tls(head) or head[:1] == b"\x16":
-            self._start(sock, network, tls=True)
+            self._accepted(sock, network, True)
             return
         self._refuse_plain(sock)
-        self.peering.report(
+        self._report(
             EC.PeerIncompatible,
             f"{network!r}: the peer speaks plain TCP but this endpoint requires TLS "
             "(disable_ssl differs between the two endpoints)",
@@ -167,7 +157,7 @@ class Listener:
     def _refuse_plain(self, sock: socket.socket) -> None:
         """Tell a plain-text peer, in its own language, why it is turned away."""
         drop = DropConn(
-            self.peering.node_id,
+            self.node_id,
             int(EC.PeerIncompatible),
             "this endpoint requires TLS (disable_ssl differs between the two endpoints)",
         )

@@ -34,14 +34,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker_spark.config import DEFAULT_QUEUE_BYTES, check_overflow_policy
 from broker_spark.core.flare import Flare
 from broker_spark.errors import ShutdownError
-
-if TYPE_CHECKING:
-    from broker_spark.core.link import Link
 
 __all__ = [
     "DEFAULT_QUEUE_BYTES",
@@ -121,7 +118,7 @@ class Source:
         capacity: int,
         *,
         remote: bool = False,
-        link: Link | None = None,
+        link: Sink | None = None,
     ) -> None:
         self.items: deque = deque()
         self.capacity = capacity

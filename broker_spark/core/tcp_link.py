@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.link import Link
 from broker_spark.errors import EC, SC, BrokerError, DecodeError
@@ -44,10 +45,10 @@ from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
 from broker_spark.status import NetworkInfo, PeerFlags
 
 if TYPE_CHECKING:
-    from broker_spark.core.connection import PeerConnection
-    from broker_spark.core.peering import Peering
+    from broker_spark.core.actor import Core
+    from broker_spark.core.fabric import Fabric
 
-__all__ = ["TcpLink", "frame_prefix"]
+__all__ = ["LinkConnection", "LinkHost", "TcpLink", "frame_prefix"]
 
 _U32 = struct.Struct(">I").pack
 _HEAD = struct.Struct(">BHH").pack
@@ -62,6 +63,51 @@ KEEPALIVE = b"ALIVE"
 def frame_prefix(size: int) -> bytes:
     """The 4-byte length prefix of a frame whose body has ``size`` bytes."""
     return _U32(size)
+
+
+class LinkConnection(Protocol):
+    """What a link needs of the connection under it (``core.connection.PeerConnection``).
+
+    The connection owns its link; the link only talks back through these.
+    """
+
+    closing: bool
+    decoder: Any  # the connection's EnvelopeReader (learns headers)
+
+    def send(self, parts: list[bytes], count: int = 1) -> None: ...
+
+    def send_now(self, frame: bytes) -> None: ...
+
+    def room(self) -> int: ...
+
+    def want_room(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def begin_goodbye(self, timeout: float) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class LinkHost(Protocol):
+    """What a link needs of the endpoint's peering, declared here so the link never
+    imports its owner: the fabric, the timing of goodbyes, and where its news go."""
+
+    core: Core
+    node_id: bytes
+    fabric: Fabric
+    bye_timeout: float
+    refresh_filters: Callable[[], None]
+
+    def link_closed(self, link: TcpLink, reason: SC) -> None: ...
+
+    def link_lost(self, link: TcpLink, reason: SC) -> None: ...
+
+    def peer_filter(self, link: TcpLink, prefixes: tuple[str, ...]) -> None: ...
+
+    def report(self, code: EC, message: str, link: Link | None = None) -> None: ...
 
 
 class TcpLink(Link):
@@ -82,8 +128,8 @@ class TcpLink(Link):
 
     def __init__(
         self,
-        peering: Peering,
-        conn: PeerConnection,
+        peering: LinkHost,
+        conn: LinkConnection,
         peer_id: bytes,
         version: int,
         network: NetworkInfo,
@@ -199,8 +245,7 @@ class TcpLink(Link):
             conn.close()  # shutting down: no waiting for the pong
             return
         # Unpeer: close on the matching pong, or after a while.
-        conn.closing = True
-        conn.set_timer(peering.bye_timeout, conn.close)
+        conn.begin_goodbye(peering.bye_timeout)
 
     def _send_bye(self) -> None:
         token = self.bye_token = bye_token(int.from_bytes(os.urandom(8), "little"))
@@ -253,7 +298,7 @@ class TcpLink(Link):
                 continue
             size = len(body)
             if size <= ENVELOPE_HEADER_SIZE - 1:
-                self._bad(f"truncated envelope of {size} bytes")
+                self.report_invalid(f"truncated envelope of {size} bytes")
                 continue
             kind = body[32]
             if kind == DATA_V2 and v2:
@@ -281,12 +326,12 @@ class TcpLink(Link):
                     continue
                 end = ENVELOPE_HEADER_SIZE + ((body[35] << 8) | body[36])
                 if end > size:
-                    self._bad("envelope topic runs past the end of the frame")
+                    self.report_invalid("envelope topic runs past the end of the frame")
                     continue
                 try:
                     topic = body[ENVELOPE_HEADER_SIZE:end].decode("utf-8")
                 except UnicodeDecodeError:
-                    self._bad("envelope topic is not UTF-8")
+                    self.report_invalid("envelope topic is not UTF-8")
                     continue
                 ttl = (body[33] << 8) | body[34]
                 learn(body[:end], (topic, kind, ttl, pid))
@@ -305,7 +350,7 @@ class TcpLink(Link):
                         fabric.send_outbox(self, outbox)
                     fabric.receive_routing(self, body)
                 else:
-                    self._bad(f"unknown message type 0x{kind:02x}")
+                    self.report_invalid(f"unknown message type 0x{kind:02x}")
                 if self.closed:
                     if outbox:  # forward what arrived before the close
                         fabric.send_outbox(self, outbox)
@@ -359,14 +404,14 @@ class TcpLink(Link):
         try:
             msg = decode_node_message(body)
         except DecodeError as exc:
-            self._bad(str(exc))
+            self.report_invalid(str(exc))
             return
         kind = msg.msg_type
         if kind == MSG_ROUTING_UPDATE:
             try:
                 prefixes = decode_filter(msg.payload)
             except BrokerError as exc:
-                self._bad(f"invalid routing_update: {exc}")
+                self.report_invalid(f"invalid routing_update: {exc}")
                 return
             self.peering.peer_filter(self, prefixes)
         elif kind == MSG_PING:
@@ -392,7 +437,7 @@ class TcpLink(Link):
                 self.conn.close()
                 return
 
-    def _bad(self, what: str) -> None:
+    def report_invalid(self, what: str) -> None:
         """An envelope we cannot parse: dropped (as Broker does), and reported."""
         self.peering.report(
             EC.InvalidMessage, f"dropped an invalid message from {self.peer_str}: {what}", self
