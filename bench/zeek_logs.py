@@ -178,7 +178,7 @@ def _publisher(conn: Any, seconds: float, rate: float) -> None:
     records a second at most (unpaced, a publisher outruns the query and the spool's
     retention drops what the query has not read: data loss, not throughput)."""
     from broker_spark.data.binary import encode
-    from broker_spark.demo_events import ConnectionLogs
+    from broker_spark.demo.events import ConnectionLogs
     from broker_spark.spark.endpoint_access import publish_encoded
     from broker_spark.zeek import LogCreate
 

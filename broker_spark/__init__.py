@@ -5,6 +5,10 @@ model, topics, codes, configuration, statuses) are imported right away; the
 endpoint and its threads, asyncio included, load on first use, so importing
 the package stays cheap for processes (Spark workers, the CLI) that never
 open an endpoint.
+
+This module is the top of the package: it imports the defining modules, and
+modules inside the package take names from those, never from here
+(``Version`` and ``__version__`` live in :mod:`broker_spark.version`).
 """
 
 from __future__ import annotations
@@ -38,14 +42,13 @@ from broker_spark.status import (
     Status,
 )
 from broker_spark.topic import Topic
+from broker_spark.version import Version, __version__
 
 if TYPE_CHECKING:
     from broker_spark.endpoint import Endpoint
     from broker_spark.publisher import Publisher
     from broker_spark.store_api import Store
     from broker_spark.subscriber import StatusSubscriber, Subscriber
-
-__version__ = "0.1.0"
 
 #: Names loaded on first access: attribute -> (module, attribute or None for the module).
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -58,23 +61,6 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "zeek": ("broker_spark.zeek", None),
     "bro": ("broker_spark.zeek", None),
 }
-
-
-class Version:
-    """Broker's ``Version`` namespace: the Broker release whose API we follow."""
-
-    MAJOR = 2
-    MINOR = 8
-    PATCH = 0
-    PROTOCOL = 1
-
-    @staticmethod
-    def string() -> str:
-        return f"{Version.MAJOR}.{Version.MINOR}.{Version.PATCH}"
-
-    @staticmethod
-    def compatible(protocol: int) -> bool:
-        return protocol == Version.PROTOCOL
 
 
 def now() -> Timestamp:

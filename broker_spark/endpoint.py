@@ -13,6 +13,13 @@ on a full queue, stops the loop and joins its thread within about a second.
 At interpreter exit a blocked ``get()`` returns ``None`` (``[]`` for
 ``get(n)``) instead, so a daemon thread left reading ends without a traceback
 (Broker's own bindings hang there).
+
+This facade sits on top: it imports :mod:`~broker_spark.introspect`,
+:mod:`~broker_spark.store_api` and :mod:`~broker_spark.websocket.manager`
+(lazily: an endpoint that never uses stores or WebSockets never loads them)
+and hands them itself; none of them imports this module. Each declares, as a
+``typing.Protocol`` on its own side, the few parts of an endpoint it uses
+(``_core``, ``_loop``, ``_config``), which an ``Endpoint`` has.
 """
 
 from __future__ import annotations
@@ -251,15 +258,15 @@ class Endpoint:
         self, name: str, backend: Any = None, opts: Any = None, **options: Any
     ) -> Store:
         """Master of store ``name`` (memory, or SQLite with ``opts["path"]``); see store_api."""
-        from broker_spark import store_api
+        from broker_spark.store_api import attach_master
 
-        return store_api.attach_master(self, name, backend, opts, **options)
+        return attach_master(self, name, backend, opts, **options)
 
     def attach_clone(self, name: str, **options: Any) -> Store:
         """A clone of store ``name``, following its master wherever it is; see store_api."""
-        from broker_spark import store_api
+        from broker_spark.store_api import attach_clone
 
-        return store_api.attach_clone(self, name, **options)
+        return attach_clone(self, name, **options)
 
     # -- Zeek's WebSocket API (broker_spark.websocket) ------------------------------------------
 

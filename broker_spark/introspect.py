@@ -14,16 +14,32 @@ links of the network that this endpoint can see are its own peerings plus the
 consecutive pairs of every path. Peers over version 1 (a real Zeek, or Broker
 before 3.0) forward no routing information: they show up as peers with their
 filter and nothing beyond them.
+
+The arrow runs one way: :mod:`broker_spark.endpoint` imports this module
+(``Endpoint.topology``), this module never imports the endpoint. It takes any
+object with the two parts it reads, described by :class:`Introspectable`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from broker_spark.endpoint import Endpoint
+    from broker_spark.core.actor import Core
+    from broker_spark.core.loop_thread import LoopThread
 
-__all__ = ["connection_count", "topology_snapshot"]
+__all__ = ["Introspectable", "connection_count", "topology_snapshot"]
+
+
+class Introspectable(Protocol):
+    """What introspection reads from an endpoint: its core and the loop thread it runs on.
+
+    An :class:`~broker_spark.endpoint.Endpoint` is one; this module names only
+    these two parts, so it does not depend on the endpoint module.
+    """
+
+    _core: Core
+    _loop: LoopThread
 
 
 def _id_str(node: bytes) -> str:
@@ -32,13 +48,13 @@ def _id_str(node: bytes) -> str:
     return Core.id_to_str(node)
 
 
-def _peering(endpoint: Endpoint) -> Any:
+def _peering(endpoint: Introspectable) -> Any:
     from broker_spark.core.peering import Peering
 
     return Peering.existing(endpoint._core)
 
 
-def topology_snapshot(endpoint: Endpoint) -> dict[str, Any]:
+def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
     """This endpoint's view of the network (see the module docstring).
 
     Returns ``{"node": id, "filter": [prefixes], "peers": [...], "endpoints": {...}}``:
@@ -89,7 +105,7 @@ def topology_snapshot(endpoint: Endpoint) -> dict[str, Any]:
     return endpoint._loop.run_sync(snapshot)
 
 
-def connection_count(endpoint: Endpoint) -> int:
+def connection_count(endpoint: Introspectable) -> int:
     """Open TCP/TLS connections, peered or not (0 once every goodbye has completed).
 
     The CLI's one-shot commands wait for this to drop to zero after ``unpeer``:

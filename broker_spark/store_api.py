@@ -22,6 +22,10 @@ methods and return values of Broker's Python bindings:
 
 Every blocking call wakes with :class:`~broker_spark.errors.ShutdownError`
 when the endpoint shuts down. Expiries are seconds (a float) or a timedelta.
+
+The arrow runs one way: :mod:`broker_spark.endpoint` imports this module
+(``Endpoint.attach_master``/``attach_clone``) and this module does not import
+the endpoint; it needs of one only what :class:`StoreOwner` describes.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Coroutine, Mapping
 from time import time_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.message import thaw_copy
 from broker_spark.core.store_actor import CloneActor, MasterActor, StoreActor
@@ -50,13 +54,14 @@ from broker_spark.store.commands import (
 from broker_spark.store.master import MasterState
 
 if TYPE_CHECKING:
-    from broker_spark.endpoint import Endpoint
+    from broker_spark.core.actor import Core
 
 __all__ = [
     "DEFAULT_AWAIT_IDLE_TIMEOUT",
     "DEFAULT_MAX_GET_DELAY",
     "DEFAULT_STALE_INTERVAL",
     "Store",
+    "StoreOwner",
     "attach_clone",
     "attach_master",
 ]
@@ -101,14 +106,24 @@ def _seconds(timeout: Any, default: float | None) -> float | None:
     return float(timeout)
 
 
+class StoreOwner(Protocol):
+    """What stores need of an endpoint: its core (whose loop thread runs the actors).
+
+    An :class:`~broker_spark.endpoint.Endpoint` is one. A :class:`Store` also
+    keeps its owner alive, as Broker's handle keeps its ``_parent``.
+    """
+
+    _core: Core
+
+
 class Store:
     """A master or clone of a data store (``broker.Store``); thread-safe."""
 
-    def __init__(self, endpoint: Endpoint, actor: StoreActor) -> None:
-        self._endpoint: Endpoint | None = endpoint  # keeps the endpoint alive (Broker's _parent)
+    def __init__(self, endpoint: StoreOwner, actor: StoreActor) -> None:
+        self._endpoint: StoreOwner | None = endpoint  # keeps the endpoint alive (Broker's _parent)
         self._actor: StoreActor | None = actor
         self._name = actor.name
-        self._loop = actor.host.core.loop_thread
+        self._loop = endpoint._core.loop_thread  # the loop of the actor's host
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -253,7 +268,7 @@ def _check_name(name: Any) -> str:
 
 
 def attach_master(
-    endpoint: Endpoint,
+    endpoint: StoreOwner,
     name: str,
     backend: Any = Backend.Memory,
     opts: Mapping[str, Any] | None = None,
@@ -320,7 +335,7 @@ def _start_master(
 
 
 def attach_clone(
-    endpoint: Endpoint,
+    endpoint: StoreOwner,
     name: str,
     *,
     stale_interval: float | None = DEFAULT_STALE_INTERVAL,

@@ -25,7 +25,7 @@ from spark_fixtures import wait_for
 from broker_spark import demo
 from broker_spark.data import Count, Port
 from broker_spark.data.binary import encode
-from broker_spark.demo_events import (
+from broker_spark.demo.events import (
     EVENT_DDL,
     EVENT_NAME,
     EVENT_TOPIC,
@@ -33,7 +33,7 @@ from broker_spark.demo_events import (
     ConnectionEvents,
     EventPublisher,
 )
-from broker_spark.demo_table import SummaryRow, WindowTotals, human_bytes
+from broker_spark.demo.table import SummaryRow, WindowTotals, human_bytes
 from broker_spark.spark.java import JavaMissingError
 from broker_spark.spark.schema import RecordConverter
 from broker_spark.zeek import Event
@@ -184,7 +184,7 @@ class _Batch:
 
 
 def test_sink_closes_between_batches_and_still_consumes_them() -> None:
-    from broker_spark.demo_spark import SummarySink
+    from broker_spark.demo.spark import SummarySink
 
     sink = SummarySink({"peer": "127.0.0.1:1"}, "/demo/summary", "demo-summary")
     batch = _Batch()
@@ -240,7 +240,7 @@ def test_flags_and_defaults() -> None:
 
 
 def test_log4j_config_keeps_the_projects_and_quiets_more(tmp_path: Any) -> None:
-    from broker_spark.demo_spark import log4j_config
+    from broker_spark.demo.spark import log4j_config
 
     path = log4j_config(tmp_path)
     assert path.parent == tmp_path

@@ -22,7 +22,6 @@ import logging
 import sys
 from typing import Any, NoReturn
 
-from broker_spark import __version__
 from broker_spark.cli.errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -30,6 +29,7 @@ from broker_spark.cli.errors import (
     EXIT_USAGE,
     CliError,
 )
+from broker_spark.version import __version__
 
 __all__ = ["build_parser", "main"]
 

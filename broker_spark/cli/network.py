@@ -22,16 +22,12 @@ from typing import Any
 
 from broker_spark.cli.args import add_connect_arguments
 from broker_spark.cli.errors import CliError
+from broker_spark.cli.node_ids import short
 
 __all__ = ["Network", "network_from_snapshot", "register", "run_status", "run_topology"]
 
 #: Seconds the routing table may take to stop changing after peering.
 SETTLE_TIMEOUT = 2.0
-
-
-def short(node: str) -> str:
-    """The first 8 hex digits of a node id: unique enough for a picture or a table."""
-    return node[:8]
 
 
 @dataclass

@@ -240,7 +240,7 @@ def _generate(args: argparse.Namespace, publisher: Any) -> int:
     """
     from broker_spark.cli.progress import Progress
     from broker_spark.cli.signals import stop_on_signals
-    from broker_spark.demo_events import ConnectionEvents, ConnectionLogs
+    from broker_spark.demo.events import ConnectionEvents, ConnectionLogs
 
     events: Any = ConnectionLogs() if args.generate == "conn" else ConnectionEvents()
     unit = "records" if args.generate == "conn" else "events"

@@ -1,4 +1,4 @@
-"""An SVG picture of a :class:`~broker_spark.cli.network.Network`, written by hand.
+"""An SVG picture of a network of endpoints, written by hand.
 
 Endpoints sit on a circle, the inspected node at the top and the others in
 order of distance from it, so a chain reads clockwise; links are straight
@@ -6,24 +6,52 @@ lines drawn underneath. Each endpoint is labelled with its short id, and its
 full id and subscriptions show as a tooltip. Plain SVG 1.1, no scripts, no
 dependencies: any browser opens it. Elements carry classes (``node``,
 ``link``, ``label``) so tools and tests can pick them out.
+
+It draws what it is given: anything with the attributes of :class:`Drawable`
+(``topology`` passes its :class:`~broker_spark.cli.network.Network`). It does
+not import :mod:`~broker_spark.cli.network`, which imports it to draw.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 from xml.sax.saxutils import escape, quoteattr
 
-if TYPE_CHECKING:
-    from broker_spark.cli.network import Network
+from broker_spark.cli.node_ids import short
 
-__all__ = ["render_svg"]
+__all__ = ["Drawable", "render_svg"]
 
 NODE_RADIUS = 32
 MARGIN = 70
 
 
-def _layout(net: Network) -> dict[str, tuple[float, float, float]]:
+class Drawable(Protocol):
+    """What :func:`render_svg` reads of a network, and nothing more (all ids are node ids)."""
+
+    @property
+    def node(self) -> str:
+        """The inspected node, drawn at the top."""
+
+    @property
+    def address(self) -> str:
+        """Where the node was reached, for the caption."""
+
+    @property
+    def filters(self) -> Mapping[str, Sequence[str]]:
+        """Every endpoint (the node included) and its subscriptions."""
+
+    @property
+    def routes(self) -> Mapping[str, Sequence[str]]:
+        """The node's path to each other endpoint; its length orders them round the circle."""
+
+    @property
+    def links(self) -> Collection[tuple[str, str]]:
+        """Undirected links, each a sorted pair of ids."""
+
+
+def _layout(net: Drawable) -> dict[str, tuple[float, float, float]]:
     """Position of every endpoint: ``(x, y)`` on a circle, plus the circle's radius."""
     order = [net.node] + sorted(
         (n for n in net.filters if n != net.node), key=lambda n: (len(net.routes.get(n, ())), n)
@@ -38,10 +66,8 @@ def _layout(net: Network) -> dict[str, tuple[float, float, float]]:
     return out
 
 
-def render_svg(net: Network) -> str:
+def render_svg(net: Drawable) -> str:
     """The SVG document (text) for ``net``."""
-    from broker_spark.cli.network import short
-
     pos = _layout(net)
     radius = next(iter(pos.values()))[2]
     size = round(2 * (radius + MARGIN))

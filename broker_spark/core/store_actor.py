@@ -25,6 +25,11 @@ from three directions:
 After each step the actor *flushes*: encodes the state's outgoing commands
 into command messages for the host to send, publishes store events when a
 local subscriber wants them, and completes waiting requests.
+
+The host (:class:`~broker_spark.core.store_host.StoreHost`) owns the actors:
+it routes to them, ticks them and closes them, so it imports this module and
+this module does not import it back. What an actor needs from its host is
+the :class:`ActorHost` protocol below; the real host is one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from time import time_ns
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker_spark.core.message import COMMAND, DATA
 from broker_spark.core.queues import Source
@@ -49,10 +54,7 @@ from broker_spark.store.commands import (
 from broker_spark.store.events import store_events_topic
 from broker_spark.store.master import MasterState
 
-if TYPE_CHECKING:
-    from broker_spark.core.store_host import StoreHost
-
-__all__ = ["CloneActor", "MasterActor", "StoreActor"]
+__all__ = ["ActorHost", "CloneActor", "MasterActor", "StoreActor"]
 
 #: Writes an API caller may queue before ``put`` blocks.
 INBOX_CAPACITY = 8192
@@ -63,12 +65,37 @@ EVENTS_SENDER = bytes(16)
 _NIL_BYTES = bytes(24)
 
 
+class ActorHost(Protocol):
+    """What a store actor calls back on its host (all on the endpoint's loop)."""
+
+    #: The endpoint's event loop, which runs the actor.
+    loop: asyncio.AbstractEventLoop
+    #: TTL and sender id of the command messages the actor produces.
+    ttl: int
+    node_id: bytes
+
+    def send(self, msgs: list[tuple], sender: StoreActor) -> None:
+        """Send command messages to peers and to the other local actors on their topics."""
+
+    def publish_events(self, msgs: list[tuple]) -> None:
+        """Publish store events to local subscribers."""
+
+    def wants_events(self, topic: str) -> bool:
+        """Whether any local subscriber would receive a store event on ``topic``."""
+
+    def has_room(self) -> bool:
+        """Whether the actor may take more writes (False: the host wakes it later)."""
+
+    def emit(self, item: Error) -> None:
+        """An error for the endpoint's status subscribers."""
+
+
 class StoreActor:
     """What masters and clones share: inbox, incoming commands, flushing, waiters."""
 
     role = ""
 
-    def __init__(self, host: StoreHost, state: MasterState | CloneState) -> None:
+    def __init__(self, host: ActorHost, state: MasterState | CloneState) -> None:
         self.host = host
         self.state = state
         self.name = state.name
@@ -190,7 +217,7 @@ class StoreActor:
 
     def report(self, code: EC, message: str, node: str = "") -> None:
         """An error for the endpoint's status subscribers."""
-        self.host.core.emit(Error(code, message, EndpointInfo(node) if node else None))
+        self.host.emit(Error(code, message, EndpointInfo(node) if node else None))
 
     # -- time and peers --------------------------------------------------------------------
 
@@ -297,7 +324,7 @@ class CloneActor(StoreActor):
 
     def __init__(
         self,
-        host: StoreHost,
+        host: ActorHost,
         state: CloneState,
         *,
         stale_interval: float | None,

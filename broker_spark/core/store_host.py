@@ -20,6 +20,11 @@ endpoint's loop next to the core. It
 - answers :meth:`master_taken`, Broker's ``has_remote_master``.
 
 Everything here runs on the loop; :func:`host_for` may be called from any thread.
+
+The host owns its actors, so the arrow runs from here to
+:mod:`broker_spark.core.store_actor`: the actors know only the narrow
+:class:`~broker_spark.core.store_actor.ActorHost` protocol, which this class
+fulfils, never this module.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from broker_spark.core.message import COMMAND
 from broker_spark.core.queues import Source, SubscriberQueue
 from broker_spark.errors import SC
 from broker_spark.protocol.channel import TICK_MILLISECONDS
-from broker_spark.status import Status
+from broker_spark.status import Error, Status
 from broker_spark.store.commands import master_topic
 
 if TYPE_CHECKING:
@@ -172,6 +177,10 @@ class StoreHost:
 
     def publish_events(self, msgs: list[tuple]) -> None:
         self.events.offer(msgs)
+
+    def emit(self, item: Error) -> None:
+        """An error from an actor for the endpoint's status subscribers."""
+        self.core.emit(item)
 
     def has_room(self) -> bool:
         """Whether actors may take more writes (the outgoing sources are not backed up)."""

@@ -13,6 +13,10 @@ the endpoint's server context (anonymous unless certificates are
 configured) and plain ``ws`` when ``disable_ssl`` is set; a bridge to a
 ``wss://`` URL uses the endpoint's client context, which accepts a server
 without a verifiable certificate unless certificates are configured.
+
+The arrow runs one way: :mod:`broker_spark.endpoint` imports this module and
+this module does not import the endpoint (nor the package root); of an
+endpoint it needs only what :class:`WebSocketOwner` describes.
 """
 
 from __future__ import annotations
@@ -20,21 +24,25 @@ from __future__ import annotations
 import concurrent.futures
 import ssl
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.tls import TLSContexts, TLSSettings, make_contexts
 from broker_spark.subscriber import topic_list
+from broker_spark.version import Version
 from broker_spark.websocket.client import WebSocketPeer, normalize_url
 from broker_spark.websocket.server import WebSocketServer
 
 if TYPE_CHECKING:
-    from broker_spark.endpoint import Endpoint
+    from broker_spark.config import Configuration
+    from broker_spark.core.actor import Core
+    from broker_spark.core.loop_thread import LoopThread
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "DEFAULT_MAX_SIZE",
     "DEFAULT_OPEN_TIMEOUT",
     "WebSocketManager",
+    "WebSocketOwner",
     "manager_for",
 ]
 
@@ -49,7 +57,19 @@ _ATTRIBUTE = "_websocket_manager"
 _managers_lock = threading.Lock()
 
 
-def manager_for(endpoint: Endpoint) -> WebSocketManager:
+class WebSocketOwner(Protocol):
+    """What the manager uses of an endpoint: its core, loop thread and configuration.
+
+    An :class:`~broker_spark.endpoint.Endpoint` is one; :func:`manager_for`
+    also keeps the manager on it (attribute ``_websocket_manager``).
+    """
+
+    _core: Core
+    _loop: LoopThread
+    _config: Configuration
+
+
+def manager_for(endpoint: WebSocketOwner) -> WebSocketManager:
     """The WebSocket manager of ``endpoint`` (made on first use; thread-safe).
 
     Kept on the endpoint itself, so it lives exactly as long as the endpoint.
@@ -63,15 +83,13 @@ def manager_for(endpoint: Endpoint) -> WebSocketManager:
 
 
 def _version() -> str:
-    from broker_spark import Version
-
     return Version.string()
 
 
 class WebSocketManager:
     """Servers and bridges of one endpoint; the public methods may be called from any thread."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: WebSocketOwner) -> None:
         self._core = endpoint._core
         self._loop = endpoint._loop
         self._config = endpoint._config

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_spark.demo_table import SummaryRow, WindowTotals
+from broker_spark.demo.table import SummaryRow, WindowTotals
 
 __all__ = [
     "SUMMARY_DDL",
@@ -77,7 +77,8 @@ def log4j_config(scratch: Path) -> Path:
     checkout (a console appender, warnings and up), else an equivalent
     base; plus :data:`_QUIET_LOGGERS` at error level, under keys of their own.
     """
-    shipped = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+    root = Path(__file__).resolve().parents[2]  # up from broker_spark/demo/: the checkout
+    shipped = root / "conf" / "log4j2.properties"
     base = shipped.read_text(encoding="utf-8") if shipped.is_file() else _LOG4J
     lines = [base.rstrip("\n"), "", "# Added by broker-spark's demo."]
     for key, name in _QUIET_LOGGERS.items():

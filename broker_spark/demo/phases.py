@@ -1,5 +1,9 @@
 """One run of the demo's query, from its start to the checks (see :mod:`broker_spark.demo`).
 
+:mod:`~broker_spark.demo.launch` starts the node and Spark and hands them
+over; this module never imports it back (what both need is in
+:mod:`~broker_spark.demo.options`).
+
 The phases, in order: start the query and wait for its endpoint to subscribe
 (warming Spark's write path up meanwhile); publish for ``--seconds``,
 polling the query's progress and the summaries coming back; let Spark read
@@ -17,12 +21,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker_spark.demo import STORE_NAME, SUMMARY_TOPIC, DemoError, DemoOptions, DemoResult
-
-if TYPE_CHECKING:
-    from broker_spark.demo import Wiring
+from broker_spark.demo.options import (
+    STORE_NAME,
+    SUMMARY_TOPIC,
+    DemoError,
+    DemoOptions,
+    DemoResult,
+    Wiring,
+)
 
 __all__ = ["DemoRun"]
 
@@ -48,7 +56,7 @@ class DemoRun:
         out: Callable[[str], None],
         result: DemoResult,
     ) -> None:
-        from broker_spark.demo_spark import SummarySink
+        from broker_spark.demo.spark import SummarySink
 
         self.options = options
         self.spark = spark
@@ -101,7 +109,7 @@ class DemoRun:
     # --- phases ----------------------------------------------------------------------------
 
     def _start_query(self) -> None:
-        from broker_spark.demo_spark import read_conn_log, windowed_totals
+        from broker_spark.demo.spark import read_conn_log, windowed_totals
 
         t = time.monotonic()
         events = read_conn_log(
@@ -140,7 +148,7 @@ class DemoRun:
         )
 
     def _publish(self) -> None:
-        from broker_spark.demo_events import ConnectionLogs, EventPublisher
+        from broker_spark.demo.events import ConnectionLogs, EventPublisher
 
         o = self.options
         if not o.peer:
