@@ -128,6 +128,19 @@ class Endpoint:
             ]
         )
 
+    def publish_encoded(self, messages: Any) -> None:
+        """Publish ``(topic, payload)`` pairs whose payloads are Broker binary already.
+
+        A broker_spark extension (Broker's bindings have no such call): bytes that
+        are encoded once (a Spark task's rows, a recorded Zeek session) are sent
+        as they are. Blocks while the publish queue is full, like
+        :meth:`publish_batch`.
+        """
+        ttl, sender = self._ttl, self._node_id
+        batch = [(t, p, DATA, ttl, sender) for t, p in messages]
+        if batch:
+            self._publish_src.put_many(batch)
+
     def make_publisher(self, topic: Any) -> Publisher:
         return Publisher(self._core, topic, owner=self)
 

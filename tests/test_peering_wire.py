@@ -250,6 +250,38 @@ def test_goodbye_closes_after_timeout_without_pong() -> None:
         ep.shutdown()
 
 
+@pytest.mark.parametrize("retry", [0, 0.2])
+def test_a_peer_that_hangs_up_during_the_handshake_fails_the_attempt(retry: float) -> None:
+    """The dialled peer reads our hello and closes: that attempt failed (``peer()`` says
+    False at once rather than waiting forever), it is reported, and with a ``retry`` the
+    address is dialled again."""
+    ep = make_endpoint()
+    errors = ep.make_status_subscriber(False)
+    listener = socket.create_server((LOCAL, 0))
+    listener.settimeout(5.0)
+    try:
+        port = listener.getsockname()[1]
+        result: list[bool] = []
+        caller = __import__("threading").Thread(
+            target=lambda: result.append(ep.peer(LOCAL, port, retry))
+        )
+        caller.start()
+        conn, _ = listener.accept()
+        conn.recv(4096)  # our hello
+        conn.close()
+        caller.join(10.0)
+        assert result == [False]
+        err = error_of(errors)
+        assert err.code() == EC.PeerDisconnectDuringHandshake
+        if retry:
+            again, _ = listener.accept()  # redialled after ``retry``
+            again.close()
+            ep.unpeer(LOCAL, port)
+    finally:
+        listener.close()
+        ep.shutdown()
+
+
 # -- bad input ---------------------------------------------------------------------------
 
 

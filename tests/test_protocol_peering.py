@@ -458,11 +458,11 @@ def test_both_sides_dialling_at_once_end_with_one_link_and_both_calls_true(
         busy = net.busy()
         if busy:
             net.deliver(busy[next(picks, 0) % len(busy)])
-        elif all(n.machine.links for n in (a, b)) and not any(
-            timer.kind == "check" for _n, timer in net.timers
+        elif (
+            all(n.machine.links for n in (a, b))
+            and not any(timer.kind == "check" for _n, timer in net.timers)
+            or not net.fire_next_timer()
         ):
-            break
-        elif not net.fire_next_timer():
             break
     (kept_a,) = a.linked_conns()
     (kept_b,) = b.linked_conns()

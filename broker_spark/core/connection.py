@@ -244,8 +244,14 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.lost = True
         self.closing = True
         self._cancel_timer()
-        peering = self.peering
-        peering.connection_lost(self)
+        try:
+            self._report_loss(exc)
+        finally:
+            # Last: until now the peering still knows which address this connection
+            # was dialled for, so a loss during the handshake counts as that attempt.
+            self.peering.connection_lost(self)
+
+    def _report_loss(self, exc: Exception | None) -> None:
         link = self.link
         if link is None:
             hs = self.handshake
@@ -266,7 +272,7 @@ class PeerConnection(asyncio.BufferedProtocol):
                 EC.InvalidMessage,
                 f"connection closed in the middle of a frame ({self.decoder.pending} bytes pending)",
             )
-        peering.link_lost(link, SC.PeerRemoved if link.bye_received else SC.PeerLost)
+        self.peering.link_lost(link, SC.PeerRemoved if link.bye_received else SC.PeerLost)
 
     def pause_writing(self) -> None:
         self._paused = True

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker_spark.core.message import DATA, SharedMessage
+from broker_spark.core.message import SharedMessage
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import ShutdownError
 from broker_spark.subscriber import Subscriber
@@ -97,12 +97,6 @@ class RawSubscription:
 
 
 def publish_encoded(endpoint: Endpoint, messages: Sequence[tuple[str, bytes]]) -> None:
-    """Publish ``(topic, Broker binary payload)`` pairs, in order, as data messages.
-
-    Blocks while the endpoint's publish queue is full, like ``publish_batch``.
-    """
-    if not messages:
-        return
-    ttl = endpoint._ttl
-    sender = endpoint._node_id
-    endpoint._publish_src.put_many([(t, p, DATA, ttl, sender) for t, p in messages])
+    """Publish ``(topic, Broker binary payload)`` pairs, in order, as data messages
+    (:meth:`Endpoint.publish_encoded`; kept here for the Spark side's callers)."""
+    endpoint.publish_encoded(messages)

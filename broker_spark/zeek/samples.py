@@ -36,8 +36,6 @@ def load_sample(name: str) -> list[tuple[str, bytes]]:
 def publish_sample(endpoint: Any, name: str) -> int:
     """Publish a recorded session's messages from ``endpoint`` (to its peers, as Zeek sent
     them: the bytes are Zeek's own); the number of messages sent."""
-    from broker_spark.spark.endpoint_access import publish_encoded
-
     messages = load_sample(name)
-    publish_encoded(endpoint, messages)
+    endpoint.publish_encoded(messages)  # an Endpoint; not imported: zeek/ sits below it
     return len(messages)
