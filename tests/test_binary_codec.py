@@ -603,10 +603,17 @@ def test_every_single_byte_corruption_of_the_recorded_event() -> None:
 
 
 def test_the_facade_re_exports_the_split_modules() -> None:
-    from broker_spark.data import binary, binary_decode, binary_encode, binary_fields
+    from broker_spark.data import (
+        binary,
+        binary_decode,
+        binary_encode,
+        binary_fields,
+        binary_read,
+        binary_write,
+    )
 
-    assert binary.encode is binary_encode.encode and binary.encode_into is binary_encode.encode_into
-    assert binary.decode is binary_decode.decode and binary.decode_from is binary_decode.decode_from
+    assert binary.encode is binary_write.encode and binary.encode_into is binary_encode.encode_into
+    assert binary.decode is binary_read.decode and binary.decode_from is binary_decode.decode_from
     assert binary.DecodeLimits is binary_decode.DecodeLimits
     assert binary.read_timespan_raw is binary_fields.read_timespan_raw
 

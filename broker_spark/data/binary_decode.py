@@ -7,11 +7,12 @@ and stores them into a list sized in advance; only a nested container costs a
 call. The loop is a closure made once per :class:`DecodeLimits`, so the limits
 are read from cells rather than attributes.
 
-A Zeek message whose layout was seen before skips all of that: :func:`decode`
-hands it to a reader compiled for the layout
-(:mod:`~broker_spark.data.binary_decode_fast`), which checks everything it
-relies on and gives up on anything else, leaving the message to the general
-reader below. That reader remains the reference for values and errors.
+This is the reference decoder: it defines every value and every error, and
+knows nothing of the readers compiled for the layouts a stream repeats
+(:mod:`~broker_spark.data.binary_decode_fast`, which builds on the helpers
+here). :mod:`~broker_spark.data.binary_read` holds the ``decode`` that tries a
+compiled reader first and falls back to this module's; the public face
+(:mod:`~broker_spark.data.binary`) exports that one.
 
 Leaves that repeat and are immutable are shared instead of rebuilt: small
 counts, and addresses, ports and enum values through small caches keyed by
@@ -100,10 +101,6 @@ _ADDRESSES: dict[bytes, Any] = {}
 _PORTS: dict[bytes, Port] = {}
 _ENUMS: dict[bytes, Enum] = {}
 
-# Compiled readers by message head, and the last one used (see binary_decode_fast).
-_FAST_READERS: dict[bytes, Callable[[bytes, int], Any]] = {}
-_FAST_LAST: list[tuple[bytes, Any]] = [(bytes(25), None)]  # byte 22 of a head is 5
-
 _RANGES = tuple(range(n) for n in range(256))
 _CONTAINER_NAMES = {12: "set", 13: "table", 14: "vector"}
 
@@ -114,39 +111,19 @@ def decode(
     *,
     offset: int = 0,
 ) -> Any:
-    """Decode exactly one value that fills ``buf`` from ``offset`` to its end.
+    """Decode exactly one value that fills ``buf`` from ``offset`` to its end, by the reference.
 
     Trailing bytes are an error. ``offset`` lets a caller decode the payload of
     an envelope body in place (``decode(msg.body, offset=msg.payload_offset)``).
+    Never tries a compiled reader (:func:`broker_spark.data.binary.decode` does).
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
-    key = fast = None
-    if limits is DEFAULT_LIMITS and 0 <= offset < len(buf) - 24:
-        # Perhaps a Zeek message ``(count, count, (name, ...))``: the bytes up to the
-        # end of its name pick a reader compiled for its layout (binary_decode_fast,
-        # which checks the rest of the head before it compiles one).
-        last = _FAST_LAST[0]
-        if buf.startswith(last[0], offset):  # the same kind as the last one (no key to hash)
-            key, fast = last
-        elif buf[offset + 22] == 5:  # a string where the name would be
-            key = buf[offset : offset + 24 + buf[offset + 23]]
-            fast = _FAST_READERS.get(key)
-            if fast is not None:
-                _FAST_LAST[0] = (key, fast)
-        if fast is not None:
-            try:
-                return fast(buf, offset)
-            except Exception:
-                pass  # not the layout, or malformed: the general reader decides
-    value = _decode(buf, limits, offset)
-    if key is not None:
-        _fast.learn(key, buf, offset)
-    return value
+    return _decode(buf, limits, offset)
 
 
 def _decode(buf: bytes, limits: DecodeLimits, offset: int) -> Any:
-    """:func:`decode` by the general reader."""
+    """:func:`decode` of a buffer that is ``bytes`` already (also the dispatcher's fallback)."""
     if not 0 <= offset < len(buf):
         raise DecodeError(f"no value at offset {offset} of a {len(buf)}-byte buffer")
     size = len(buf) - offset
@@ -456,8 +433,3 @@ def _read_subnet(buf: bytes, pos: int) -> ipaddress.IPv4Network | ipaddress.IPv6
 
 
 _DEFAULT_READ = _make_reader(DEFAULT_LIMITS)
-
-
-# The compiled fast path needs the helpers above, so it is imported last (it
-# fills _FAST_READERS and _FAST_LAST, which decode consults).
-from broker_spark.data import binary_decode_fast as _fast  # noqa: E402

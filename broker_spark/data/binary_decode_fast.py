@@ -9,17 +9,18 @@ tags and lengths are checked by one ``if``, and the value is built by one
 tuple display. That halves the cost of decoding a typical Zeek event.
 
 Which reader to try comes from the message's head: a Zeek message is
-``(format, type, (name, args...))``, and :func:`binary_decode.decode` looks
-the bytes up to the end of the name up in :data:`READERS` (trying the last
-head used first, by a prefix test). The head is then known, so a reader
+``(format, type, (name, args...))``, and :func:`binary_read.decode` looks the
+bytes up to the end of the name up in :data:`READERS` (trying the head in
+:data:`LAST` first, by a prefix test). The head is then known, so a reader
 starts after the name and returns the head's values as constants. The rest
 is never trusted: the compiled code checks every tag, length and bound it
 relies on and raises :class:`Miss` on anything else (anything malformed
-included), and the caller then decodes the message with the general reader,
-which stays the reference for values and errors alike. The general reader
-also teaches this module (:func:`learn`): a head seen twice gets a compiled
-reader, and a reader that misses is rebuilt for the union of both layouts
-(:func:`~broker_spark.data.binary_shape.merge`).
+included), and the caller then decodes the message with the general reader
+(:mod:`~broker_spark.data.binary_decode`), which stays the reference for
+values and errors alike and knows nothing of this module. Each message the
+general reader had to decode teaches this module (:func:`learn`): a head seen
+twice gets a compiled reader, and a reader that misses is rebuilt for the
+union of both layouts (:func:`~broker_spark.data.binary_shape.merge`).
 
 Only the default :class:`~broker_spark.data.binary_decode.DecodeLimits` use
 this path, and a compiled reader cannot break them: shapes are at most
@@ -76,11 +77,11 @@ _MISSES_MAX = 16  # misses that teach nothing before a head is left to the gener
 
 Reader = Callable[[bytes, int], Any]
 
-#: head -> compiled reader, consulted by :func:`binary_decode.decode`.
-READERS: dict[bytes, Reader] = _bd._FAST_READERS
+#: head -> compiled reader, consulted by :func:`binary_read.decode`.
+READERS: dict[bytes, Reader] = {}
 #: The last ``(head, reader)`` used, tried first by a prefix test (no slice, no hash).
 #: Its placeholder head can never match: byte 22 of a message's head is 5.
-LAST: list[tuple[bytes, Reader | None]] = _bd._FAST_LAST
+LAST: list[tuple[bytes, Reader | None]] = [(bytes(25), None)]
 _NO_HEAD = LAST[0]
 # head -> [shape or None (seen once), misses]
 _STATE: dict[bytes, list] = {}

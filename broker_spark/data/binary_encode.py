@@ -11,10 +11,12 @@ IPv4 addresses) from small bounded memos. Output accumulates in one
 ``bytearray``. Sets of strings, the usual kind, are put in canonical order by
 one ``sorted`` call.
 
-A Zeek message whose layout was seen before goes through a writer compiled
-for the layout instead (:mod:`~broker_spark.data.binary_encode_fast`), which
-checks the exact type of everything it writes and otherwise leaves the value
-to the general writer here, the reference for bytes and errors.
+This is the reference encoder: it defines the bytes of every value and every
+error, and knows nothing of the writers compiled for the layouts a stream
+repeats (:mod:`~broker_spark.data.binary_encode_fast`, which builds on the
+helpers here). :mod:`~broker_spark.data.binary_write` holds the ``encode``
+that tries a compiled writer first and falls back to this module's; the
+public face (:mod:`~broker_spark.data.binary`) exports that one.
 
 Encoding is canonical: sets and tables are written in Broker's order (type
 tag, then value), so equal values always give equal bytes.
@@ -91,28 +93,13 @@ _ADDR4_BYTES_MAX = 4096
 _NATURAL_ORDER = frozenset({str, int, Count, bool, bytes, Enum, Port, _IPv4Address})
 
 
-# Compiled writers by message name (see binary_encode_fast).
-_FAST_WRITERS: dict[str, Callable[[tuple], bytes]] = {}
-
-
 def encode(value: Any) -> bytes:
-    """Encode one value (any Python value of Broker's mapping) to bytes.
+    """Encode one value (any Python value of Broker's mapping) to bytes, by the reference.
 
     Raises ``ValueError`` (an :class:`EncodeError`) for values out of range and
-    ``TypeError`` for values that have no Broker type, naming the value.
+    ``TypeError`` for values that have no Broker type, naming the value. Never
+    tries a compiled writer (:func:`broker_spark.data.binary.encode` does).
     """
-    key = None
-    if type(value) is tuple and len(value) == 3:
-        # A Zeek message: its name picks a compiled writer for its layout (binary_encode_fast).
-        body = value[2]
-        if type(body) is tuple and body and type(body[0]) is str:
-            key = body[0]
-            fast = _FAST_WRITERS.get(key)
-            if fast is not None:
-                try:
-                    return fast(value)
-                except Exception:
-                    pass  # not the layout, or out of range: the general writer decides
     out = bytearray()
     try:
         if type(value) is tuple and 0 < len(value) < 128:  # the usual message
@@ -122,8 +109,6 @@ def encode(value: Any) -> bytes:
             (_ENCODERS.get(type(value)) or _resolve(value))(value, out)
     except RecursionError:
         raise EncodeError("value nested too deeply (or contains itself)") from None
-    if key is not None:
-        _fast.learn(key, value)
     return bytes(out)
 
 
@@ -437,8 +422,3 @@ def _resolve(value: Any) -> Callable[[Any, bytearray], None]:
     if hasattr(value, "_broker_value"):
         return _enc_wrapped
     raise TypeError(f"no Broker type for {type(value).__name__} value {value!r:.200}")
-
-
-# The compiled fast path needs the helpers above, so it is imported last (it
-# fills _FAST_WRITERS, which encode consults).
-from broker_spark.data import binary_encode_fast as _fast  # noqa: E402

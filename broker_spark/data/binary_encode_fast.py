@@ -8,15 +8,16 @@ into locals, their exact types checked by one comparison per vector, each run
 of fixed-size fields packed by one ``struct.pack``, and the pieces joined once.
 
 Which writer to try comes from the value: a Zeek message is
-``(format, type, (name, args...))``, and :func:`binary_encode.encode` looks
+``(format, type, (name, args...))``, and :func:`binary_write.encode` looks
 its name up in :data:`WRITERS`. The head's encoding up to the end of the name
 is then a constant of the writer. The rest is never trusted: the compiled
 code checks the exact type of every value it touches and raises :class:`Miss`
 on anything else, and any exception it raises (a value out of range, say)
-sends the value to the general writer, which stays the reference for bytes
-and errors alike. The general writer also teaches this module, as for the
-reader: a name seen twice gets a compiled writer, and one that misses is
-rebuilt for the union of both layouts. Generated source holds only numbers
+sends the value to the general writer (:mod:`~broker_spark.data.binary_encode`),
+which stays the reference for bytes and errors alike and knows nothing of this
+module. Each message the general writer had to encode teaches this module, as
+for the reader: a name seen twice gets a compiled writer, and one that misses
+is rebuilt for the union of both layouts. Generated source holds only numbers
 and names from this module, and every cache is bounded.
 
 The shape of a value here uses *kinds* rather than tags (:data:`KINDS`): an
@@ -54,8 +55,8 @@ _MISSES_MAX = 16
 
 Writer = Callable[[tuple], bytes]
 
-#: name -> compiled writer, consulted by :func:`binary_encode.encode`.
-WRITERS: dict[str, Writer] = _be._FAST_WRITERS
+#: name -> compiled writer, consulted by :func:`binary_write.encode`.
+WRITERS: dict[str, Writer] = {}
 _STATE: dict[str, list] = {}
 _COMPILED: dict[Shape, tuple[CodeType, dict[str, Any]]] = {}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_spark.data.types import (
@@ -34,6 +34,21 @@ from broker_spark.data.types import (
 )
 
 MAX_DEPTH = 64
+
+# The views ``as_set()``, ``as_table()`` and ``as_vector()`` return, by kind. The
+# views build on this module (their elements are :class:`RawData`), so it cannot
+# import them: :mod:`~broker_spark.data.views` registers its classes here when it
+# is imported, which the package's ``__init__`` does right after this module.
+_VIEWS: dict[str, Callable[[RawData], Any]] = {}
+
+
+def register_views(
+    set_view: Callable[[RawData], Any],
+    table_view: Callable[[RawData], Any],
+    vector_view: Callable[[RawData], Any],
+) -> None:
+    """Name what ``as_set()``, ``as_table()`` and ``as_vector()`` build (called by views)."""
+    _VIEWS.update(set=set_view, table=table_view, vector=vector_view)
 
 
 def from_py(value: Any, *, _depth: int = 0) -> Any:
@@ -230,24 +245,18 @@ class RawData:
 
     def as_set(self) -> Any:
         """The set as a :class:`~broker_spark.data.views.Set` shared with this value."""
-        from broker_spark.data.views import Set  # (views builds on this module)
-
         self._as(DataType.Set)
-        return Set(self)
+        return _VIEWS["set"](self)
 
     def as_table(self) -> Any:
         """The table as a :class:`~broker_spark.data.views.Table` shared with this value."""
-        from broker_spark.data.views import Table
-
         self._as(DataType.Table)
-        return Table(self)
+        return _VIEWS["table"](self)
 
     def as_vector(self) -> Any:
         """The vector as a :class:`~broker_spark.data.views.Vector` shared with this value."""
-        from broker_spark.data.views import Vector
-
         self._as(DataType.Vector)
-        return Vector(self)
+        return _VIEWS["vector"](self)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RawData):

@@ -8,6 +8,10 @@ tables with ``Data`` keys, and edits a set in place (``remove``, ``clear``).
 These views do the same over the plain Python value a ``Data`` holds: they
 share it, so an edit through a view is an edit of the ``Data``, and every
 element comes out as a :class:`~broker_spark.data.value.RawData`.
+
+The views build on :mod:`~broker_spark.data.value`, which therefore does not
+import them: this module registers its classes there when it is imported
+(:func:`~broker_spark.data.value.register_views`), for ``as_set()`` and the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from broker_spark.data.types import FrozenTable, sorted_items, sorted_values
-from broker_spark.data.value import RawData, as_element, from_py, render
+from broker_spark.data.value import RawData, as_element, from_py, register_views, render
 
 __all__ = ["Set", "Table", "Vector"]
 
@@ -151,3 +155,6 @@ class Vector:
         return "Vector[" + ", ".join(map(render, self._owner.value)) + "]"
 
     __repr__ = __str__
+
+
+register_views(Set, Table, Vector)
