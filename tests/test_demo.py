@@ -288,7 +288,10 @@ def test_a_short_demo_run(spark: Any) -> None:
     result = demo.run(options, spark=spark, out=lines.append)
     text = "\n".join(lines)
     assert result.ok, f"{result.problems}\n{text}"
-    assert result.published is not None and 2000 <= result.published <= 2600
+    # The publisher keeps its rate for as long as it ran (at least the 5 s asked for, more
+    # when a loaded machine stops it late): never a burst, never short of what was due.
+    assert result.published is not None and result.publish_seconds >= 5.0
+    assert abs(result.published - 500.0 * result.publish_seconds) <= 500.0 * 0.25
     assert result.rows_read == result.published  # every record reached Spark
     assert result.window_connections == result.rows_read  # and was counted in a window
     assert result.windows >= 1 and result.services == len(SERVICES)
