@@ -33,6 +33,7 @@ from broker_spark.core.tcp_link import LinkHost, TcpLink
 from broker_spark.errors import EC, SC, DecodeError, ShutdownError
 from broker_spark.protocol.envelope_reader import EnvelopeReader
 from broker_spark.protocol.handshake import Handshake
+from broker_spark.protocol.link_health import HEALTHY, check_link
 from broker_spark.status import NetworkInfo, PeerFlags
 
 __all__ = ["ConnectionHost", "PeerConnection"]
@@ -428,42 +429,41 @@ class PeerConnection(asyncio.BufferedProtocol):
     # -- periodic checks (called by the peering) --------------------------------------
 
     def tick(self, now: float) -> None:
+        """The periodic health check (decided by ``protocol.link_health``), carried out."""
         link = self.link
         if link is None or self.closing:
             return
         peering = self.peering
-        idle = now - self.last_rx
-        if idle > peering.liveness_timeout:
-            self.fail(EC.PeerTimeout, f"no data from the peer for {idle:.1f} s (liveness timeout)")
+        verdict = check_link(
+            now,
+            last_rx=self.last_rx,
+            last_ping=self.last_ping,
+            ping_interval=peering.ping_interval,
+            liveness_timeout=peering.liveness_timeout,
+            paused=self._paused,
+            dropping=self._dropping,
+            queued=self._out_msgs,
+            capacity=self._capacity,
+            paused_at=self._paused_at,
+            stall_timeout=peering.stall_timeout,
+            policy=peering.options.peer_overflow_policy,
+        )
+        if verdict is HEALTHY:
             return
-        if idle > peering.ping_interval and now - self.last_ping > peering.ping_interval:
+        if verdict.lost is not None:
+            self.fail(EC.PeerTimeout, verdict.lost)
+            return
+        if verdict.ping:
             self.last_ping = now
             link.send_keepalive()
-        if (
-            self._paused
-            and not self._dropping
-            and self._out_msgs >= self._capacity
-            and now - self._paused_at > peering.stall_timeout
-        ):
-            policy = peering.options.peer_overflow_policy
-            if policy == "disconnect":
-                self.fail(
-                    EC.PeerTimeout,
-                    f"the peer read nothing for {now - self._paused_at:.1f} s with "
-                    f"{self._out_msgs} messages waiting (peer_overflow_policy=disconnect)",
-                )
-            else:
-                self._dropping = True
-                self._report(
-                    EC.PeerTimeout,
-                    f"the peer read nothing for {now - self._paused_at:.1f} s with "
-                    f"{self._out_msgs} messages waiting: dropping the "
-                    f"{'newest' if policy == 'drop_newest' else 'oldest'} messages "
-                    f"until it reads again (peer_overflow_policy={policy})",
-                )
-                if self._room_wanted:
-                    self._room_wanted = False
-                    peering.core.wake()
+        if verdict.disconnect is not None:
+            self.fail(EC.PeerTimeout, verdict.disconnect)
+        elif verdict.drop is not None:
+            self._dropping = True
+            self._report(EC.PeerTimeout, verdict.drop)
+            if self._room_wanted:
+                self._room_wanted = False
+                peering.core.wake()
 
     # -- closing ----------------------------------------------------------------------
 
