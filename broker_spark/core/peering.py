@@ -161,6 +161,8 @@ class Peering:
     @handshake_timeout.setter
     def handshake_timeout(self, value: float) -> None:
         self.machine.handshake_timeout = value
+        for listener in self.listeners:
+            listener.handshake_timeout = value
 
     @property
     def routes_timeout(self) -> float:
