@@ -140,3 +140,42 @@ def test_a_peer_lost_mid_task_fails_the_task(hub: broker.Endpoint, proxy_to) -> 
 
     with pytest.raises(DeliveryError, match="ended before the ack|never came up"):
         publish_batches(batches(), RowEncoder(_batch(0, 1).schema, options), options)
+
+
+def test_a_task_waits_for_a_subscription_to_its_topics_not_just_any() -> None:
+    """Over version 2 the subscriptions of endpoints behind a peer can arrive before the
+    peer's own; a task that published as soon as it knew *a* subscription would route its
+    messages nowhere. It waits until one matches the topics it is about to publish."""
+    from broker_spark.spark.delivery import own_routes_known, peer_links
+    from broker_spark.spark.writers import _await_peer_filters
+
+    def plain() -> broker.Endpoint:
+        opts = broker.BrokerOptions()
+        opts.disable_ssl = True
+        return broker.Endpoint(broker.Configuration(opts))
+
+    node, task = plain(), plain()
+    try:
+        others = node.make_subscriber("/other")
+        port = node.listen("127.0.0.1", 0)
+        assert task.peer("127.0.0.1", port, 0)
+        assert own_routes_known(task, peer_links(task))
+        subscribing = threading.Event()
+
+        def subscribe_later() -> None:
+            time.sleep(0.3)
+            subscribing.set()
+            wanted.append(node.make_subscriber("/out"))
+
+        wanted: list = []
+        later = threading.Thread(target=subscribe_later)
+        later.start()
+        assert _await_peer_filters(task, 20.0, ["/out/x"], peer_links(task))
+        assert subscribing.is_set()  # not before the matching subscription was made
+        later.join()
+        # With nothing matching, it gives up after the timeout and says so.
+        assert not _await_peer_filters(task, 0.2, ["/nobody/x"], peer_links(task))
+        others.reset()
+    finally:
+        task.shutdown()
+        node.shutdown()

@@ -43,7 +43,7 @@ from typing import Any
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 
-__all__ = ["ACK_PREFIX", "DeliveryError", "acknowledged_flush", "peer_links"]
+__all__ = ["ACK_PREFIX", "DeliveryError", "acknowledged_flush", "own_routes_known", "peer_links"]
 
 #: Our ping payload: 11 bytes like a goodbye token, but not ``BYE``, so the peer only answers.
 ACK_PREFIX = b"ACK"
@@ -77,6 +77,25 @@ def _wait_drained(endpoint: Endpoint, deadline: float) -> None:
 def peer_links(endpoint: Endpoint) -> list[Any]:
     """The endpoint's links (native peerings and WebSocket bridges) as they are now."""
     return list(endpoint._core.links.values())
+
+
+def own_routes_known(endpoint: Endpoint, links: list[Any]) -> bool:
+    """Whether every version 2 peer among ``links`` has told us its own subscription.
+
+    Over version 2 a new neighbour's filter arrives as routing messages, one
+    endpoint's at a time, and those of endpoints behind it may come first; until
+    its own is in, messages meant for it are routed nowhere. Version 1 peers
+    (a Zeek) and WebSocket bridges state their filter up front.
+    """
+    peering = endpoint._tcp(create=False)
+    if peering is None:
+        return True
+    router = peering.fabric.router
+    return all(
+        getattr(link, "version", 1) < 2 or router.timestamp_of(link.peer_id) is not None
+        for link in links
+        if not link.closed
+    )
 
 
 def _native_ping(endpoint: Endpoint, links: list[Any], deadline: float) -> None:

@@ -44,7 +44,7 @@ from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.delivery import acknowledged_flush, peer_links
+from broker_spark.spark.delivery import acknowledged_flush, own_routes_known, peer_links
 from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowEncoder
@@ -101,23 +101,39 @@ def _task_identity() -> tuple[int, str]:
     return ctx.partitionId(), where
 
 
-def _await_peer_filters(endpoint: Endpoint, timeout: float) -> bool:
+def _await_peer_filters(
+    endpoint: Endpoint, timeout: float, topics: Iterable[str] = (), links: list[Any] = ()
+) -> bool:
     """Wait until the peers' subscriptions are known, so the first messages are routed.
 
     ``peer()`` returns once the handshake is done, but a version 2 peering
-    (between two broker_spark endpoints) learns the peer's filter from a
-    routing message that follows; publishing before it arrives routes
-    nothing. A peer subscribed to nothing is waited for ``timeout`` seconds.
+    (between two broker_spark endpoints) learns filters from routing messages
+    that follow, one endpoint's at a time, and the subscriptions of endpoints
+    behind the peer may come before the peer's own. So the wait is for the
+    peers' own subscriptions (``links``) and for one that matches a topic about
+    to be published (any, with no topic given). Nothing matching after
+    ``timeout`` seconds: what the task publishes goes nowhere, as Broker's
+    publish does without subscribers, and a warning says so.
     """
+    wanted = sorted({t for t in topics if t})
     deadline = time.monotonic() + timeout
     delay = 0.001
-    while not endpoint.peer_subscriptions():
+    while True:
+        prefixes = tuple(str(p) for p in endpoint.peer_subscriptions())
+        covered = bool(prefixes) and (not wanted or any(t.startswith(prefixes) for t in wanted))
+        if covered and own_routes_known(endpoint, list(links)):
+            return True
         if time.monotonic() > deadline:
-            log.warning("the peers subscribe to nothing: what this task publishes goes nowhere")
+            if covered:
+                return True  # a peer's own routes are late; what matches goes out
+            where = ", ".join(wanted[:5]) + (" ..." if len(wanted) > 5 else "")
+            log.warning(
+                "no peer subscribes to %s: what this task publishes goes nowhere",
+                where or "anything",
+            )
             return False
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-    return True
 
 
 class _Encoder(Protocol):
@@ -156,16 +172,20 @@ class _Publisher:
     def open(self, topics: Iterable[str] = ()) -> Endpoint:
         if self.endpoint is None:
             conn = self.connection
-            wanted = sorted(self.topics.union(topics)) if conn.websocket is not None else ()
+            first = set(topics)  # where the first messages go: a subscriber must be known
+            wanted = sorted(self.topics | first) if conn.websocket is not None else ()
             self.endpoint = open_endpoint(conn, settings=self.settings, websocket_topics=wanted)
             self.links = peer_links(self.endpoint)
             if conn.peers:
-                _await_peer_filters(self.endpoint, FILTER_WAIT)
+                _await_peer_filters(self.endpoint, FILTER_WAIT, first, self.links)
         return self.endpoint
 
     def publish(self, messages: list[tuple[str, bytes]]) -> None:
         if messages:
-            publish_encoded(self.open(m[0] for m in messages), messages)
+            endpoint = self.endpoint
+            if endpoint is None:
+                endpoint = self.open({m[0] for m in messages})
+            publish_encoded(endpoint, messages)
 
     def finish(self) -> None:
         if self.endpoint is not None:
