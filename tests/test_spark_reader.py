@@ -417,3 +417,38 @@ def test_the_pump_applies_size_retention_while_messages_arrive(hub: broker.Endpo
             reader.latestOffset(start, ReadAllAvailable())
     finally:
         reader.stop()
+
+
+@pytest.mark.parametrize("first_call", ["initialOffset", "latestOffset"])
+def test_latest_starts_before_the_subscription_is_seen(
+    hub: broker.Endpoint, monkeypatch, first_call: str
+) -> None:
+    """A peer may publish the moment it sees the reader's subscription, before Spark
+    asks for the initial offset (Spark 4.0 and 4.1 ask for it only when planning the
+    first batch). ``startingOffsets=latest`` must still read those messages. Fault
+    injected: connecting returns only once the peer's messages are in the spool, as a
+    loaded machine may schedule it."""
+    from broker_spark.spark.driver_side import ReaderRuntime
+
+    connect = ReaderRuntime.connect
+
+    def slow_connect(runtime: ReaderRuntime) -> None:
+        connect(runtime)
+        _wait_subscribed(hub)
+        _publish(hub, 0, 30)
+        assert runtime.pump is not None and runtime.pump.wait_appended(30, 20)
+
+    monkeypatch.setattr(ReaderRuntime, "connect", slow_connect)
+    reader = _reader(hub)
+    try:
+        if first_call == "latestOffset":  # Spark 4.0 and 4.1
+            end = reader.latestOffset()
+            start = reader.initialOffset()
+        else:  # Spark 4.2 and later
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, ReadAllAvailable())
+        assert (start, end) == ({"offset": 0}, {"offset": 30})
+        assert len(_rows(reader, start, end)) == 30
+    finally:
+        reader.stop()
+    wait_for(lambda: not hub.peers(), 20, "the reader's peering to close")

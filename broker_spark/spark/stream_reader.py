@@ -12,7 +12,9 @@ Offsets are spool offsets (``{"offset": n}``, the next record, built by
 :class:`SpoolOffset` with a fixed key order). Choices where Spark leaves room:
 
 * ``startingOffsets=latest`` (the default) starts at the spool's end when
-  the query first starts; ``earliest`` at the oldest record the spool holds
+  the query first starts, taken before its endpoint subscribes (so whatever a
+  peer sends on seeing the subscription is read, however late Spark asks for
+  the initial offset); ``earliest`` at the oldest record the spool holds
   (which matters with a ``spoolPath`` kept from an earlier run).
   ``initialOffset`` is remembered, because Spark asks twice.
 * Data loss: offsets below the spool's start (dropped by retention) or above
@@ -84,6 +86,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.make_converter()  # a schema that cannot be mapped fails here, at query start
         self._runtime: ReaderRuntime | None = None
         self._initial: dict[str, int] | None = None
+        self._latest_at: int | None = None  # the spool's end before the first connect
         self._available_now = False
         self._target: int | None = None
         self._parallelism = max(1, os.cpu_count() or 1)
@@ -118,6 +121,11 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 runtime.open_spool()
                 if checkpoint is not None:
                     runtime.reconcile(checkpoint)
+                if self._latest_at is None:
+                    # ``latest`` means what arrives once the query runs: fixed before the
+                    # endpoint subscribes, so nothing sent on seeing the subscription
+                    # can fall before the start (however late Spark asks).
+                    self._latest_at = runtime.check().end_offset()
                 if self._available_now:
                     self._target = runtime.check().end_offset()
                 runtime.connect()
@@ -137,7 +145,8 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.options.starting_offsets == "earliest":
                 first = spool.start_offset()
             else:
-                first = spool.end_offset()
+                assert self._latest_at is not None  # set by _started
+                first = max(spool.start_offset(), self._latest_at)
             self._initial = SpoolOffset(first).to_dict()
             if self._next_start is None:
                 self._next_start = first
