@@ -297,7 +297,7 @@ class Peering:
 
     async def _connect(self, key: Key) -> None:
         ctx = self.tls.client if self.tls is not None else None
-        network = NetworkInfo(key[0], key[1], self._retry_of(key))
+        network = self.machine.network(key) or NetworkInfo(*key)
         try:
             await asyncio.wait_for(
                 self.loop.create_connection(
@@ -324,12 +324,6 @@ class Peering:
         current = asyncio.current_task()
         if self._dials.get(key) is current:
             del self._dials[key]
-
-    def _retry_of(self, key: Key) -> float:
-        for view in self.machine.targets_view():
-            if (view.network.address, view.network.port) == key:
-                return view.network.retry
-        return 0.0
 
     # -- what connections tell their owner (ConnectionHost) ----------------------------------
 

@@ -617,6 +617,11 @@ class PeeringMachine:
 
     # -- queries ------------------------------------------------------------------------------
 
+    def network(self, key: Key) -> NetworkInfo | None:
+        """The address ``key`` with its retry interval, while it is a target."""
+        target = self.targets.get(key)
+        return target.network() if target is not None else None
+
     def targets_view(self) -> list[TargetView]:
         """Every address peered with, for ``peers()`` (linked ones included)."""
         return [

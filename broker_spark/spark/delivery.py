@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from broker_spark.endpoint import Endpoint
@@ -79,7 +80,7 @@ def peer_links(endpoint: Endpoint) -> list[Any]:
     return list(endpoint._core.links.values())
 
 
-def own_routes_known(endpoint: Endpoint, links: list[Any]) -> bool:
+def own_routes_known(endpoint: Endpoint, links: Sequence[Any]) -> bool:
     """Whether every version 2 peer among ``links`` has told us its own subscription.
 
     Over version 2 a new neighbour's filter arrives as routing messages, one

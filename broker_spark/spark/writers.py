@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -102,7 +102,7 @@ def _task_identity() -> tuple[int, str]:
 
 
 def _await_peer_filters(
-    endpoint: Endpoint, timeout: float, topics: Iterable[str] = (), links: list[Any] = ()
+    endpoint: Endpoint, timeout: float, topics: Iterable[str] = (), links: Sequence[Any] = ()
 ) -> bool:
     """Wait until the peers' subscriptions are known, so the first messages are routed.
 
@@ -121,7 +121,7 @@ def _await_peer_filters(
     while True:
         prefixes = tuple(str(p) for p in endpoint.peer_subscriptions())
         covered = bool(prefixes) and (not wanted or any(t.startswith(prefixes) for t in wanted))
-        if covered and own_routes_known(endpoint, list(links)):
+        if covered and own_routes_known(endpoint, links):
             return True
         if time.monotonic() > deadline:
             if covered:
