@@ -66,7 +66,7 @@ def test_reader_defaults() -> None:
     assert opts.max_records_per_trigger is None
     assert opts.fail_on_data_loss is True
     assert opts.format == "default" and opts.mode == "PERMISSIVE"
-    assert opts.partition_data == "inline"
+    assert opts.partition_data == "auto"
     assert opts.spool.path is None
     assert opts.spool.segment_bytes == DEFAULT_SEGMENT_BYTES
     assert opts.spool.retention_bytes == DEFAULT_RETENTION_BYTES
@@ -180,7 +180,7 @@ def test_tls_options_fill_an_endpoint_configuration() -> None:
         ({"topics": "/a", "format": "csv", **PEER}, "format", "default, zeek"),
         ({"topics": "/a", "mode": "DROPMALFORMED", **PEER}, "mode", "PERMISSIVE, FAILFAST"),
         ({"topics": "/a", "partitionData": "spool", **PEER}, "partitionData", "spoolPath"),
-        ({"topics": "/a", "partitionData": "disk", **PEER}, "partitionData", "inline, spool"),
+        ({"topics": "/a", "partitionData": "disk", **PEER}, "partitionData", "auto, inline, spool"),
         ({"topics": "/a", "spoolPath": "", **PEER}, "spoolPath", "empty"),
         ({"topics": "/a", "spool.segmentBytes": "-1", **PEER}, "spool.segmentBytes", "size"),
         ({"topics": "/a", "spool.segmentBytes": "12 parsecs", **PEER}, "spool.segmentBytes", "64m"),

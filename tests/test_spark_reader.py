@@ -19,6 +19,7 @@ from broker_spark import zeek
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
 from broker_spark.spark.driver_side import BrokerDataLossError
+from broker_spark.spark.local_executors import MARKER_NAME
 from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.partitions import SpoolPartition
@@ -217,6 +218,79 @@ def test_partitions_split_and_spool_mode(hub: broker.Endpoint, tmp_path) -> None
         rows = _rows(reader, start, end)
         assert [r["offset"] for r in rows] == list(range(250))
         assert reader.partitions(end, end) == []
+    finally:
+        reader.stop()
+
+
+def _read_as_task(reader: BrokerStreamReader, parts: list, jvm: str | None, monkeypatch) -> list:
+    """Offsets the partitions hold, read by a task whose JVM is ``jvm`` (SPARK_LOCAL_DIRS)."""
+    remote = pickle.loads(pickle.dumps(reader))
+    if jvm is None:
+        monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    else:
+        monkeypatch.setenv("SPARK_LOCAL_DIRS", jvm)
+    offsets = []
+    for part in parts:
+        for batch in remote.read(pickle.loads(pickle.dumps(part))):
+            offsets.extend(batch.column("offset").to_pylist())
+    return offsets
+
+
+@pytest.mark.parametrize(
+    ("task_jvm", "mode", "switches"),
+    [
+        ("/tmp/blockmgr-driver", "auto", True),  # local mode: the task runs in the driver's JVM
+        ("/work/executor-1/blockmgr-x", "auto", False),  # a cluster's executor
+        (None, "auto", False),  # a task that cannot tell
+        ("/tmp/blockmgr-driver", "inline", False),  # asked for inline: inline it stays
+    ],
+)
+def test_auto_partitions_read_the_spool_once_a_task_runs_in_the_drivers_jvm(
+    hub: broker.Endpoint, monkeypatch, task_jvm: str | None, mode: str, switches: bool
+) -> None:
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/tmp/blockmgr-driver")  # the reader's process
+    reader = _reader(hub, partitionData=mode, maxRecordsPerPartition="50")
+    try:
+        start = reader.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 100)
+        _spooled(reader, 100)
+        middle = reader.latestOffset(start, ReadAllAvailable())
+        first = reader.partitions(start, middle)
+        assert all(p.packed is not None for p in first)  # nobody has shown anything yet
+        tokens = {p.local_token for p in first}
+        assert tokens == ({"/tmp/blockmgr-driver"} if mode == "auto" else {None})
+        assert _read_as_task(reader, first, task_jvm, monkeypatch) == list(range(100))
+        monkeypatch.setenv("SPARK_LOCAL_DIRS", "/tmp/blockmgr-driver")
+        _publish(hub, 100, 100)
+        _spooled(reader, 200)
+        end = reader.latestOffset(middle, ReadAllAvailable())
+        second = reader.partitions(middle, end)
+        if switches:
+            assert all(p.packed is None and p.spool_path for p in second)
+            assert reader._frames is None  # nothing compressed ahead once tasks read the spool
+        else:
+            assert all(p.packed is not None for p in second)
+        assert _read_as_task(reader, second, task_jvm, monkeypatch) == list(range(100, 200))
+    finally:
+        reader.stop()
+
+
+def test_a_marker_left_by_another_run_does_not_count(
+    hub: broker.Endpoint, tmp_path, monkeypatch
+) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / MARKER_NAME).write_text("/tmp/blockmgr-of-an-earlier-run")
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/tmp/blockmgr-driver")
+    reader = _reader(hub, spoolPath=str(spool))
+    try:
+        start = reader.initialOffset()
+        _wait_subscribed(hub)
+        _publish(hub, 0, 10)
+        _spooled(reader, 10)
+        parts = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
+        assert all(p.packed is not None for p in parts)
     finally:
         reader.stop()
 

@@ -22,6 +22,7 @@ import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark.compat import HAS_ADMISSION_CONTROL
+from broker_spark.spark.local_executors import MARKER_NAME
 from broker_spark.spark.private_spool import PREFIX as PRIVATE_PREFIX
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
@@ -177,6 +178,10 @@ def test_restart_resumes_without_loss_or_duplicates(
         watch.wait_subscribed(TOPIC)
         _publish(hub, 30, 30)
         drain_until(second, lambda: len(seen()), 60)
+    # partitionData=auto: a task saw that it runs in the reader's JVM (local mode), so
+    # later batches were read from the spool by the tasks themselves
+    with open(os.path.join(spool, MARKER_NAME), encoding="utf-8") as f:
+        assert f.read()
     assert len(runs[last]) == 2 and runs[last][0] == runs[last][1]  # re-read identically
     offsets = [o for calls in runs.values() for o in calls[-1]]
     assert sorted(offsets) == list(range(60))  # nothing lost, nothing doubled

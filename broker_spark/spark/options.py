@@ -10,10 +10,12 @@ that says what to fix (secrets such as ``ssl.passphrase`` are never echoed).
 
 Choices where the issue left room:
 
-* ``partitionData`` = ``inline`` (default: a partition carries its records'
-  bytes, which works when executors cannot see the driver's disk) or
-  ``spool`` (a partition names a range of a ``spoolPath`` that every executor
-  can read, so nothing but offsets crosses the network).
+* ``partitionData`` = ``inline`` (a partition carries its records' bytes,
+  which works when executors cannot see the driver's disk), ``spool`` (a
+  partition names a range of a ``spoolPath`` that every executor can read,
+  so nothing but offsets crosses the network) or ``auto`` (the default:
+  inline until a task shows it runs in the driver's JVM, as in local mode,
+  then the spool, private or not: see :mod:`~broker_spark.spark.local_executors`).
 * ``maxRecordsPerPartition`` bounds a partition (default 100000).
 * ``spool.segmentBytes``/``spool.retentionBytes`` take sizes with binary
   suffixes (``64m``, ``1g``); ``spool.retentionBytes``/``spool.retentionMs``
@@ -76,7 +78,7 @@ ZEEK_LOG_TOPIC = "zeek/logs/"
 DEFAULT_SCHEMA_WAIT = 2.0
 MODES = ("PERMISSIVE", "FAILFAST")
 STARTING_OFFSETS = ("earliest", "latest")
-PARTITION_DATA = ("inline", "spool")
+PARTITION_DATA = ("auto", "inline", "spool")
 
 _SSL_FILES = ("ssl.certificate", "ssl.key", "ssl.cafile", "ssl.capath", "ssl.passphrase")
 _SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES)
@@ -274,7 +276,7 @@ class ReaderOptions:
     spool: SpoolOptions = field(default_factory=SpoolOptions)
     format: str = "default"
     mode: str = "PERMISSIVE"
-    partition_data: str = "inline"
+    partition_data: str = "auto"
     logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
     columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
     schema_wait: float = DEFAULT_SCHEMA_WAIT
@@ -487,7 +489,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         raise BrokerOptionError(
             "listen/peer/websocket", None, "one of them is required to reach Broker peers"
         )
-    partition_data = raw.choice("partitionData", PARTITION_DATA, "inline")
+    partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
     if partition_data == "spool" and spool_path is None:
         raise BrokerOptionError(

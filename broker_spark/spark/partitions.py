@@ -4,7 +4,7 @@
 machine, with a pickled copy of the reader and the partition; only the
 partition carries per-batch data (REFERENCE.md section 3). Two ways:
 
-* ``inline`` (the default): the driver reads the range from its spool while
+* ``inline``: the driver reads the range from its spool while
   planning and the partition carries the packed records (about 130 bytes
   per small Zeek event), compressed (zstd's fast level; several times smaller:
   topics, senders, event names and log type tags repeat). Nothing but Spark's own task channel is
@@ -15,15 +15,21 @@ partition carries per-batch data (REFERENCE.md section 3). Two ways:
   every executor can read (a shared file system), and the task reads it
   itself through a read-only view, so planning ships only offsets.
 
+The default, ``auto``, is inline until a task shows that it runs in the
+driver's JVM (local mode), then spool (:mod:`~broker_spark.spark.local_executors`).
+
 Measured with ``bench/spark_stream.py`` on 2 cores (publisher, driver and
 executors on the same machine, warm JVM, 2 s trigger, pre-encoded events):
 uncompressed inline records cost about 2 us of CPU per row more than the
 spool (copies in the driver's Python process, the JVM and the worker), 215k
 to 221k rows/s against 291k to 314k; compressed, the two are the same within
-the noise (239k to 243k inline, 225k to 228k spool in one run). So the
-default is the mode that works on every cluster; ``spool`` saves the
-driver's memory for very large batches when a shared file system is there.
-(Either way, ``maxRecordsPerTrigger`` bounds what one batch holds in memory.)
+the noise (239k to 243k inline, 225k to 228k spool in one run). Zeek's conn
+log (445 bytes a row) is another matter: inline costs 0.6 to 1.4 us a row
+more in all, and the spool kept up with 330k rows/s where inline made 285k
+to 307k (``bench/zeek_logs.py``). Hence ``auto``: the spool where the tasks
+can read it, inline everywhere else; ``spool`` also saves the driver's
+memory for very large batches when a shared file system is there. (Either
+way, ``maxRecordsPerTrigger`` bounds what one batch holds in memory.)
 
 Either way the bytes are the spool's record stream for exactly that range,
 so a range always reads the same rows.
@@ -40,6 +46,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from broker_spark.errors import DecodeError
+from broker_spark.spark.local_executors import report_if_local
 from broker_spark.spark.segment import DataLossError
 from broker_spark.spark.spool import Spool
 
@@ -93,6 +100,8 @@ class SpoolPartition(InputPartition):
     ``start``; ``fail_on_data_loss`` says what a task does when retention
     dropped part of the range between planning and reading. ``codec`` names
     the compression of ``packed`` (None: plain) and ``size`` its plain length.
+    ``local_token`` (``partitionData=auto``, inline) names the driver's JVM: a
+    task in that JVM says so in the spool at ``spool_path``, which it can read.
     """
 
     def __init__(
@@ -114,6 +123,7 @@ class SpoolPartition(InputPartition):
         self.codec = codec
         self.size = size
         self.schemas: list | None = None
+        self.local_token: str | None = None
 
     @classmethod
     def inline(cls, start: int, end: int, records: bytes) -> SpoolPartition:
@@ -197,6 +207,8 @@ def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.Rec
         raise TypeError(f"not a partition of the broker source: {partition!r}")
     if partition.packed is not None:
         packed, count = partition.records(), partition.end - partition.start
+        if partition.local_token is not None:
+            report_if_local(partition.spool_path, partition.local_token)
     else:
         packed, count = _read_shared(partition)
     if not packed:

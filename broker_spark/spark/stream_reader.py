@@ -24,6 +24,10 @@ Offsets are spool offsets (``{"offset": n}``, the next record, built by
 * ``trigger(availableNow=True)`` reads up to the spool's end at the time the
   runtime starts (or at ``prepareForTriggerAvailableNow`` if it already
   runs): what had been received, not what arrives during the run.
+* ``partitionData=auto`` (the default) ships a partition's records inline
+  until a task shows it runs in the driver's JVM (local mode), then offsets
+  only, read from the spool by the task
+  (:mod:`~broker_spark.spark.local_executors`).
 * A batch is split into ranges of at most ``maxRecordsPerPartition``, and
   into a multiple of the driver's cores (whole waves of tasks) when each
   still holds at least :data:`MIN_RECORDS_PER_SPLIT` records.
@@ -57,6 +61,7 @@ from broker_spark.spark.compat import (
 )
 from broker_spark.spark.driver_side import BrokerDataLossError, ReaderRuntime
 from broker_spark.spark.inline_frames import CompressedFrames
+from broker_spark.spark.local_executors import LocalExecutors, jvm_token
 from broker_spark.spark.offsets import SpoolOffset, plan_partitions
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.partitions import (
@@ -92,6 +97,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._parallelism = max(1, os.cpu_count() or 1)
         self._next_start: int | None = None  # Spark before 4.2: where the next batch starts
         self._frames: CompressedFrames | None = None  # inline partitions compressed ahead
+        self._local: LocalExecutors | None = None  # partitionData=auto: tasks in our JVM?
 
     # --- what subclasses change -----------------------------------------------------------
 
@@ -108,6 +114,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = self.__dict__.copy()
         state["_runtime"] = None
         state["_frames"] = None
+        state["_local"] = None
         return state
 
     # --- the driver side ------------------------------------------------------------------
@@ -133,7 +140,9 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 runtime.close()
                 raise
             self._runtime = runtime
-            if self.options.partition_data == "inline" and INLINE_CODEC == "zstd":
+            if self.options.partition_data == "auto":
+                self._local = LocalExecutors(runtime.spool_path, jvm_token())
+            if self.options.partition_data != "spool" and INLINE_CODEC == "zstd":
                 assert runtime.spool is not None
                 self._frames = CompressedFrames(runtime.spool, INLINE_CODEC, INLINE_LEVEL)
         runtime.check()
@@ -230,7 +239,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if hi > held_end:
             self._lost(max(lo, held_end), hi, spool.start_offset())
             hi = max(lo, held_end)
-        inline = self.options.partition_data == "inline"
+        inline = self._inline()
         while True:
             begin = spool.start_offset()
             if lo < begin:
@@ -245,6 +254,20 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._frames.planned(hi)
             return parts
 
+    def _inline(self) -> bool:
+        """Whether partitions carry their records (else tasks read the spool themselves)."""
+        mode = self.options.partition_data
+        if mode != "auto":
+            return mode == "inline"
+        local = self._local
+        if local is None or not local.seen():
+            return True
+        if self._frames is not None:  # the switch: nothing to compress ahead any more
+            self._frames.close()
+            self._frames = None
+            log.info("tasks run in the driver's JVM: they read spool %s", local.spool_path)
+        return False
+
     def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
         n = hi - lo
         cap = self.options.max_records_per_partition
@@ -257,14 +280,18 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         fail = self.options.fail_on_data_loss
-        if inline:
-            assert runtime.spool is not None
-            if self._frames is None:
-                return SpoolPartition.inline(lo, hi, runtime.spool.read_packed(lo, hi))
+        if not inline:
+            return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
+        assert runtime.spool is not None
+        if self._frames is None:
+            part = SpoolPartition.inline(lo, hi, runtime.spool.read_packed(lo, hi))
+        else:
             packed, size = self._frames.packed(lo, hi, runtime.spool.read_packed)
             codec = INLINE_CODEC if size else None
-            return SpoolPartition(lo, hi, packed=packed, codec=codec, size=size)
-        return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
+            part = SpoolPartition(lo, hi, packed=packed, codec=codec, size=size)
+        if self._local is not None and self._local.token is not None:
+            part.spool_path, part.local_token = runtime.spool_path, self._local.token
+        return part
 
     def _lost(self, lo: int, hi: int, earliest: int) -> None:
         """Offsets ``[lo, hi)`` are gone: fail, or warn and go on (``failOnDataLoss``)."""
