@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-spark-versions demo lint format bench clean
+.PHONY: test test-slow test-spark-versions demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# Tests that start Spark drivers of their own (a driver killed and restarted, ...): too slow
+# for the 5-minute suite, so a step of their own; CI runs it after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 # The Spark tests again on PySpark 4.0 and 4.1 (Databricks 17.3 and 18 LTS), each in its
 # own .venv-spark-X.Y, both at once; CI runs it after `make test`.

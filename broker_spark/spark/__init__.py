@@ -8,7 +8,8 @@ uses modules here that do not need Spark.
 * :func:`parse_zeek_json`: a Column reading Zeek JSON log lines into those columns;
 * :func:`read_zeek_json`: Zeek's JSON log files as a DataFrame of those columns;
 * :func:`register`: makes ``format("broker")`` known to a session where Spark did
-  not find it by itself (idempotent).
+  not find it by itself (idempotent);
+* :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _LAZY = {
     "zeek_log_schema": "broker_spark.spark.zeek_schema",
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
+    "stop_receiver": "broker_spark.spark.relay.attach",
 }
 
 __all__ = sorted(_LAZY)

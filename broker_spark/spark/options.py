@@ -76,6 +76,7 @@ COLUMN_LAYOUTS = ("nested", "flat")
 ZEEK_LOG_TOPIC = "zeek/logs/"
 #: Seconds ``load()`` waits for a peered Zeek's LogCreate of the one log it reads.
 DEFAULT_SCHEMA_WAIT = 2.0
+DEFAULT_RECEIVER_IDLE_TIMEOUT = 3600.0
 MODES = ("PERMISSIVE", "FAILFAST")
 STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("auto", "inline", "spool")
@@ -100,6 +101,9 @@ _READER = (
     "logs",
     "columns",
     "schemaWait",
+    "relay",
+    "receiver",
+    "receiver.idleTimeout",
 )
 _WRITER = ("topic", "store", "format", "badRecordsTopic", "log", "zeekTypes")
 _SPARK_ADDED = ("path", "checkpointLocation")
@@ -280,6 +284,11 @@ class ReaderOptions:
     logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
     columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
     schema_wait: float = DEFAULT_SCHEMA_WAIT
+    relay: HostPort | None = None  # read a relay's spool (broker-spark node --spool) instead
+    receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
+    receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
+    #: the options as given (canonical names, texts): what a receiver process is started with
+    given: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -485,12 +494,29 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
-    if not (conn.listen or conn.peers or conn.websocket):
+    relay_text = raw.nonempty("relay")
+    relay = parse_host_port(relay_text, "relay") if relay_text else None
+    if relay is not None:
+        for name in ("listen", "peer", "websocket", "store"):
+            if raw.get(name) is not None:
+                raise BrokerOptionError(
+                    name, raw.get(name), f"contradicts relay={relay_text!r}: the relay peers"
+                )
+    elif not (conn.listen or conn.peers or conn.websocket):
         raise BrokerOptionError(
-            "listen/peer/websocket", None, "one of them is required to reach Broker peers"
+            "listen/peer/websocket/relay", None, "one of them is required to reach Broker peers"
+        )
+    idle_timeout = _seconds(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
+    if idle_timeout <= 0:
+        raise BrokerOptionError(
+            "receiver.idleTimeout", raw.get("receiver.idleTimeout"), "must be positive"
         )
     partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
+    if partition_data == "spool" and relay is not None:
+        raise BrokerOptionError(
+            "partitionData", "spool", "contradicts relay: tasks fetch from the relay (auto)"
+        )
     if partition_data == "spool" and spool_path is None:
         raise BrokerOptionError(
             "partitionData", "spool", "needs spoolPath on storage every executor can read"
@@ -523,10 +549,15 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         logs=logs,
         columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
         schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
+        relay=relay,
+        receiver=raw.boolean("receiver", True),
+        receiver_idle_timeout=idle_timeout,
+        given=tuple(sorted(raw.values.items())),
     )
 
 
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|)\Z")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|min|m|h|)\Z")
+_DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def _seconds(raw: _Raw, name: str, default: float) -> float:
@@ -536,9 +567,8 @@ def _seconds(raw: _Raw, name: str, default: float) -> float:
         return default
     match = _DURATION.match(value.strip().lower())
     if not match:
-        raise BrokerOptionError(name, value, "expected seconds, such as 2, 2s or 500ms")
-    number = float(match.group(1))
-    return number / 1000 if match.group(2) == "ms" else number
+        raise BrokerOptionError(name, value, "expected a duration, such as 2, 2s, 500ms, 5m or 1h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 _STREAM_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)+\Z")
