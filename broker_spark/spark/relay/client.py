@@ -13,6 +13,7 @@ import contextlib
 import socket
 import ssl
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,7 +55,7 @@ class SpoolClient:
         self.where = where
         self.session = RelayClientSession() if credit is None else RelayClientSession(credit)
         self.welcome: dict[str, Any] = {}
-        self._pending: list[Records | ServerMessage] = []
+        self._pending: deque[Records | ServerMessage] = deque()
 
     # --- connecting -------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class SpoolClient:
         while True:
             for i, item in enumerate(self._pending):
                 if isinstance(item, ServerMessage) and item.kind in (kind, "error"):
-                    del self._pending[i]
+                    del self._pending[i]  # a deque's middle: answers come first or early
                     if item.kind == "error":
                         raise RelayError(self.where, item.fields)
                     return item.fields
@@ -183,7 +184,7 @@ class SpoolClient:
         if not self._pending:
             self._read(timeout)
         while self._pending:
-            yield self._pending.pop(0)
+            yield self._pending.popleft()
 
     def took(self, nbytes: int) -> None:
         frame = self.session.took(nbytes)
