@@ -46,8 +46,10 @@ from broker_spark.spark.column_encode import (
 )
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.schema import SchemaMappingError
+from broker_spark.spark.typed_columns import bulk_column, check_column, encode_typed_column
+from broker_spark.zeek.script_types import ScriptType, parse_type
 
-__all__ = ["BadRow", "EncodedBatch", "RowEncoder"]
+__all__ = ["BadRow", "EncodedBatch", "RowEncoder", "field_index", "require_text"]
 
 #: A Zeek event up to its name: ``[count 1 (format), count 1 (event), [name, [args...]]]``.
 _EVENT_HEAD = (
@@ -81,12 +83,21 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def _field_index(schema: pa.Schema, name: str) -> int | None:
+def field_index(schema: pa.Schema, name: str) -> int | None:
     """The position of the column named ``name`` (case-insensitive, as Spark resolves names)."""
     for i, f in enumerate(schema):
         if f.name.lower() == name:
             return i
     return None
+
+
+def require_text(schema: pa.Schema, name: str) -> None:
+    """Refuse a column ``name`` that is not STRING (it must exist)."""
+    i = field_index(schema, name)
+    assert i is not None
+    t = schema.field(i).type
+    if not _is_text(t):
+        raise SchemaMappingError(f"column {schema.field(i).name} must be STRING, not {t}")
 
 
 class RowEncoder:
@@ -95,14 +106,14 @@ class RowEncoder:
     def __init__(self, schema: pa.Schema, options: WriterOptions) -> None:
         self.schema = schema
         self.topic = options.topic
-        self._topic_col = _field_index(schema, "topic")
+        self._topic_col = field_index(schema, "topic")
         if self.topic is None:
             if self._topic_col is None:
                 raise BrokerOptionError(
                     "topic", None, "is required when the rows have no topic column"
                 )
             self._require_text("topic")
-        self._data_col = _field_index(schema, "data")
+        self._data_col = field_index(schema, "data")
         self._event_col: int | None = None
         self._value_cols: list[int] = []
         if self._data_col is not None:
@@ -111,7 +122,7 @@ class RowEncoder:
         else:
             skip = {self._topic_col}
             if options.format == "zeek":
-                self._event_col = _field_index(schema, "event")
+                self._event_col = field_index(schema, "event")
                 if self._event_col is None:
                     raise SchemaMappingError(
                         "format=zeek needs an event column (the event name) or a data column"
@@ -132,13 +143,32 @@ class RowEncoder:
                     from_arrow(pa.array([], f.type))
                 except BrokerError as exc:
                     raise SchemaMappingError(f"column {f.name} ({f.type}): {exc}") from None
+        self._types = self._declared_types(options)
+
+    def _declared_types(self, options: WriterOptions) -> dict[int, ScriptType]:
+        """``zeekTypes``: the Zeek type of value columns, by position (checked against them)."""
+        declared: dict[int, ScriptType] = {}
+        for name, text in options.zeek_types:
+            i = field_index(self.schema, name.lower())
+            if i is None or i not in self._value_cols:
+                what = "is the data column" if i == self._data_col else "names no value column"
+                raise BrokerOptionError("zeekTypes", name, what)
+            declared[i] = parse_type(text)
+            f = self.schema.field(i)
+            check_column(f.type, declared[i], f"column {f.name}")
+        return declared
+
+    def _column(self, batch: pa.RecordBatch, i: int, errors: dict[int, str]) -> list[bytes]:
+        declared = self._types.get(i)
+        if declared is None:
+            return encode_column(batch.column(i), errors)
+        name = self.schema.field(i).name
+        return encode_typed_column(
+            batch.column(i), declared, nullable=True, what=f"column {name}", errors=errors
+        )
 
     def _require_text(self, name: str) -> None:
-        i = _field_index(self.schema, name)
-        assert i is not None
-        t = self.schema.field(i).type
-        if not _is_text(t):
-            raise SchemaMappingError(f"column {self.schema.field(i).name} must be STRING, not {t}")
+        require_text(self.schema, name)
 
     # --- encoding ----------------------------------------------------------------------
 
@@ -159,7 +189,7 @@ class RowEncoder:
         if fast is not None:
             return fast
         errors: dict[int, str] = {}
-        columns = [encode_column(batch.column(i), errors) for i in self._value_cols]
+        columns = [self._column(batch, i, errors) for i in self._value_cols]
         args_head = vector_header(len(columns))
         names: list[Any] | None = None
         if self.mode == "event":
@@ -194,7 +224,13 @@ class RowEncoder:
         if None in topics or "" in topics:
             return None
         head = vector_header(len(self._value_cols))
-        values = [batch.column(i) for i in self._value_cols]
+        values = []
+        for i in self._value_cols:
+            declared = self._types.get(i)
+            column = batch.column(i) if declared is None else bulk_column(batch.column(i), declared)
+            if column is None:
+                return None
+            values.append(column)
         if self.mode == "event":
             assert self._event_col is not None
             names = batch.column(self._event_col)

@@ -147,6 +147,10 @@ def make_encoder(schema: pa.Schema, options: WriterOptions) -> _Encoder:
         from broker_spark.spark.log_rows import LogRowEncoder
 
         return LogRowEncoder(schema, options)
+    if options.signature is not None:
+        from broker_spark.spark.event_rows import SignatureRowEncoder
+
+        return SignatureRowEncoder(schema, options)
     return RowEncoder(schema, options)
 
 
@@ -220,17 +224,19 @@ def publish_batches(
             encoded = encoder.encode(batch, position)
             position += batch.num_rows
             if encoded.bad:
-                if options.bad_records_topic is None:
+                if not options.permissive:
                     first = encoded.bad[0]
                     more = len(encoded.bad) - 1
                     extra = f" (and {more} more bad rows in this batch)" if more else ""
                     raise BadRowError(
                         f"cannot publish {where}, {first.describe()}{extra}; "
-                        "set badRecordsTopic to publish bad rows there instead"
+                        "set badRecordsTopic to publish bad rows there instead "
+                        "(or mode=PERMISSIVE to count and skip them)"
                     )
-                encoded.messages.extend(
-                    _bad_message(options.bad_records_topic, row) for row in encoded.bad
-                )
+                if options.bad_records_topic is not None:
+                    encoded.messages.extend(
+                        _bad_message(options.bad_records_topic, row) for row in encoded.bad
+                    )
                 bad_rows += len(encoded.bad)
             published += len(encoded.messages)
             if buffered:
@@ -243,7 +249,12 @@ def publish_batches(
     finally:
         publisher.close()
     if bad_rows:
-        log.warning("%s: %d bad rows went to %s", where, bad_rows, options.bad_records_topic)
+        log.warning(
+            "%s: %d bad rows %s",
+            where,
+            bad_rows,
+            f"went to {options.bad_records_topic}" if options.bad_records_topic else "skipped",
+        )
     return BrokerCommitMessage(published, bad_rows, partition)
 
 
