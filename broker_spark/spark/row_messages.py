@@ -67,7 +67,9 @@ class BadRow:
     reason: str
 
     def describe(self) -> str:
-        shown = self.text if self.text is None or len(self.text) <= 200 else self.text[:197] + "..."
+        if self.text is None:
+            return f"row {self.position}: {self.reason}"
+        shown = self.text if len(self.text) <= 200 else self.text[:197] + "..."
         return f"row {self.position}: {self.reason} (data={shown!r})"
 
 
