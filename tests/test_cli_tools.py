@@ -72,7 +72,7 @@ def test_bench_runs_the_scripts_with_progress(tmp_path: Path, capfd) -> None:
     assert "[1/2] codec ..." in err and "[2/2] endpoint done in" in err
     assert main(["bench", "--dir", str(d), "--json"]) == 0
     out, err = capfd.readouterr()
-    assert len(out.splitlines()) == len(BENCHMARKS) and "[6/6] spark_stream" in err
+    assert len(out.splitlines()) == len(BENCHMARKS) and "[7/7] typed_writes" in err
 
 
 def test_bench_failures_and_errors(tmp_path: Path, capfd) -> None:

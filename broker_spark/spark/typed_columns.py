@@ -30,6 +30,7 @@ error for its row only, which the writer treats as a bad row.
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -229,6 +230,8 @@ def _fragment_of(zeek: ScriptType, t: pa.DataType) -> Callable[[Any], bytes]:
                 return _U64(2, v)
 
             return count
+    if isinstance(zeek, Basic) and zeek.name == "addr" and (_is_text(t) or _is_binary(t)):
+        return _addr_fragment
     if isinstance(zeek, EnumType) and zeek.names is None:
 
         def any_enum(v: str) -> bytes:
@@ -240,6 +243,28 @@ def _fragment_of(zeek: ScriptType, t: pa.DataType) -> Callable[[Any], bytes]:
         return any_enum
     conv = converter(zeek)
     return lambda v: encode(conv(v))
+
+
+_V4_HEAD = b"\x06" + bytes(10) + b"\xff\xff"
+_AF_INET, _AF_INET6 = socket.AF_INET, socket.AF_INET6
+
+
+def _addr_fragment(text: str | bytes) -> bytes:
+    """An address from its text, without an ``ipaddress`` object (``inet_pton`` is strict:
+    ``10.0.0.300`` and ``010.0.0.1`` are refused, as ``ipaddress`` refuses them)."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    text = text.strip()
+    try:
+        return _V4_HEAD + socket.inet_pton(_AF_INET, text)
+    except OSError:
+        pass
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return b"\x06" + socket.inet_pton(_AF_INET6, text)
+    except OSError:
+        raise ValueError(f"{text!r} is not an addr") from None
 
 
 def encode_typed_column(
