@@ -14,14 +14,21 @@ With option ``log`` the rows are a Zeek log's records
 (:class:`~broker_spark.spark.log_rows.LogRowEncoder`): a LogCreate, then
 Batches of LogWrites.
 
-A WebSocket bridge carries only the topics it was opened with, so a task
-writing to a WebSocket API encodes all its rows first and opens the bridge
-for the topics they name.
+With option ``signature`` the rows are events of that signature, typed
+(:class:`~broker_spark.spark.event_rows.SignatureRowEncoder`).
 
-Bad rows (malformed ``data``, null topics) fail the task with the row's
-position and the decoder's message, checked per Arrow batch before any of
-that batch is published; with ``badRecordsTopic`` they are published there
-instead, as the vector ``(topic, data, reason)``.
+Over ``websocket`` the task's bridge subscribes to nothing and sends every
+message it publishes, paced to the server's queue; the server's refusals
+(Zeek's ``failed to create Zeek event``) come back attributed to messages
+(:mod:`~broker_spark.spark.server_verdicts`) and are bad rows too, and the
+task is done when the server answered that it processed everything.
+
+Bad rows (malformed ``data``, null topics, values that do not fit their Zeek
+type, rows the server refused) fail the task (``mode=FAILFAST``, the default
+without ``badRecordsTopic``) with the row's position and the reason, checked
+per Arrow batch before any of that batch is published; with
+``mode=PERMISSIVE`` they are counted and skipped, or with
+``badRecordsTopic`` published there, as the vector ``(topic, data, reason)``.
 
 ``commit`` has no side effect outside the driver's log: delivery happened in
 ``write``. It records the batch id, so a second ``commit`` of one batch
