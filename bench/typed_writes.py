@@ -27,7 +27,7 @@ What is measured, in one run:
   bounds every figure here): events per second from the first publish until
   the server confirmed it processed the last (the echo of our last probe),
 
-  - *paced*: an endpoint's ``web_socket_peer`` bridge (groups of 8, window
+  - *paced*: an endpoint's ``web_socket_peer`` bridge (groups of 16, window
     32), the events pre-encoded (as a writer task publishes them);
   - *baseline*: the same bridge with the window lifted, to the same server
     with an unlimited queue (so it is not dropped): what pacing costs;
@@ -310,7 +310,7 @@ def _table(r: dict[str, Any]) -> None:
     )
     print("|---|---:|---:|---:|")
     print(
-        f"| paced bridge (window 32, groups of 8) | {p['events_per_s']:,.0f} | {p['accepted']:,} of {p['events']:,} | {p['dropped']} |"
+        f"| paced bridge (window 32, groups of 16) | {p['events_per_s']:,.0f} | {p['accepted']:,} of {p['events']:,} | {p['dropped']} |"
     )
     print(
         f"| bridge without pacing, unlimited queue (baseline) | {q['events_per_s']:,.0f} | {q['accepted']:,} of {q['events']:,} | {q['dropped']} |"

@@ -19,14 +19,12 @@ is null, or has no topic is a :class:`~broker_spark.spark.row_messages.BadRow`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 
 from broker_spark.data.binary import encode
 from broker_spark.spark.column_encode import encode_rows_bulk, join_rows, vector_header
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
-from broker_spark.spark.row_messages import BadRow, EncodedBatch, field_index, require_text
+from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowTopics, field_index
 from broker_spark.spark.schema import SchemaMappingError
 from broker_spark.spark.typed_columns import (
     bulk_column,
@@ -56,17 +54,9 @@ class SignatureRowEncoder:
         assert signature is not None
         self.signature: EventSignature = signature
         self.schema = schema
-        self.topic = options.topic
-        self._topic_col = field_index(schema, "topic")
-        if self.topic is None:
-            if self._topic_col is None:
-                raise BrokerOptionError(
-                    "topic", None, "is required when the rows have no topic column"
-                )
-            require_text(schema, "topic")
-        used = {self._topic_col} if self.topic is None else set()
-        if self.topic is not None and self._topic_col is not None:
-            used.add(self._topic_col)  # the option wins; the column is left alone
+        self._topics = RowTopics(schema, options.topic)
+        # a topic column is not an argument (with the option too, which wins over it)
+        used = set() if self._topics.column is None else {self._topics.column}
         self._time_col: int | None = None
         if options.network_timestamp is not None:
             self._time_col = field_index(schema, options.network_timestamp.lower())
@@ -107,11 +97,7 @@ class SignatureRowEncoder:
         n = batch.num_rows
         if n == 0:
             return EncodedBatch([], [])
-        if self.topic is not None:
-            topics: list[Any] = [self.topic] * n
-        else:
-            assert self._topic_col is not None
-            topics = batch.column(self._topic_col).to_pylist()
+        topics = self._topics.of(batch)
         clean_topics = None not in topics and "" not in topics
         if clean_topics and self._time_col is None:
             bulk = self._bulk(batch)

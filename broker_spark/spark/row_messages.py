@@ -49,7 +49,7 @@ from broker_spark.spark.schema import SchemaMappingError
 from broker_spark.spark.typed_columns import bulk_column, check_column, encode_typed_column
 from broker_spark.zeek.script_types import ScriptType, parse_type
 
-__all__ = ["BadRow", "EncodedBatch", "RowEncoder", "field_index", "require_text"]
+__all__ = ["BadRow", "EncodedBatch", "RowEncoder", "RowTopics", "field_index", "require_text"]
 
 #: A Zeek event up to its name: ``[count 1 (format), count 1 (event), [name, [args...]]]``.
 _EVENT_HEAD = (
@@ -102,19 +102,36 @@ def require_text(schema: pa.Schema, name: str) -> None:
         raise SchemaMappingError(f"column {schema.field(i).name} must be STRING, not {t}")
 
 
+class RowTopics:
+    """Where each row's topic comes from: the ``topic`` option, else a STRING ``topic`` column
+    (as Spark's Kafka sink: the option wins when both are there)."""
+
+    def __init__(self, schema: pa.Schema, option: str | None) -> None:
+        self.option = option
+        self.column = field_index(schema, "topic")
+        if option is None:
+            if self.column is None:
+                raise BrokerOptionError(
+                    "topic", None, "is required when the rows have no topic column"
+                )
+            require_text(schema, "topic")
+
+    def of(self, batch: pa.RecordBatch) -> list[Any]:
+        """Each row's topic (None where the column is null)."""
+        if self.option is not None:
+            return [self.option] * batch.num_rows
+        assert self.column is not None
+        return batch.column(self.column).to_pylist()
+
+
 class RowEncoder:
     """Encodes the rows of one schema into ``(topic, payload)`` messages."""
 
     def __init__(self, schema: pa.Schema, options: WriterOptions) -> None:
         self.schema = schema
         self.topic = options.topic
-        self._topic_col = field_index(schema, "topic")
-        if self.topic is None:
-            if self._topic_col is None:
-                raise BrokerOptionError(
-                    "topic", None, "is required when the rows have no topic column"
-                )
-            self._require_text("topic")
+        self._topics = RowTopics(schema, options.topic)
+        self._topic_col = self._topics.column
         self._data_col = field_index(schema, "data")
         self._event_col: int | None = None
         self._value_cols: list[int] = []
@@ -179,11 +196,7 @@ class RowEncoder:
         n = batch.num_rows
         if n == 0:
             return EncodedBatch([], [])
-        if self.topic is not None:
-            topics: list[Any] = [self.topic] * n
-        else:
-            assert self._topic_col is not None
-            topics = batch.column(self._topic_col).to_pylist()
+        topics = self._topics.of(batch)
         if self.mode == "json":
             assert self._data_col is not None
             return self._encode_json(topics, batch.column(self._data_col).to_pylist(), first_row)

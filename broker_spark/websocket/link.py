@@ -214,9 +214,20 @@ class WebSocketLink(Link):
                 await send(PROBE)
                 pacer.sent_probe()
             else:  # wait for more to send, or for an echo to open the window
+                if out:
+                    self._render_ahead(pacer.window)
                 self._writer_waiting = True
                 self._wake.clear()
                 await self._wake.wait()
+
+    def _render_ahead(self, count: int) -> None:
+        """Render the next ``count`` queued messages while the server catches up, so that
+        when its echo opens the window they go out at once and it is not kept waiting."""
+        out = self.out
+        for i in range(min(count, len(out))):
+            item = out[i]
+            if type(item) is tuple:
+                out[i] = _Rendered(_text_of(item))
 
     def server_error(self, code: str, context: str) -> bool:
         """An error the server sent (client role); True if it was a probe's echo."""
@@ -291,9 +302,15 @@ class WebSocketLink(Link):
                 self._loop.call_soon_threadsafe(event.set)
 
 
+class _Rendered(str):
+    """A queued data message already rendered as JSON (a plain ``str`` is a ready reply)."""
+
+    __slots__ = ()
+
+
 def _text_of(item: Any) -> str:
     """The JSON text of a queued item: a ready text, or a node message rendered now."""
-    if type(item) is str:
+    if isinstance(item, str):
         return item
     try:
         return render_data_message(item[0], item[1])

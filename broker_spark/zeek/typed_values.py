@@ -166,40 +166,39 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float, Decimal)) and not isinstance(v, bool)
 
 
-def _time(v: Any) -> Timestamp:
-    if isinstance(v, _dt.datetime):
-        return v if isinstance(v, Timestamp) else Timestamp.from_ns(timestamp_ns(v))
+def _temporal(
+    v: Any, native: type, made: type, ns_of: Callable[[Any], int], data_type: str, text: str
+) -> Any:
+    """A time or an interval: ``native`` (datetime, timedelta), seconds (a number or its
+    text, converted as Zeek converts its doubles), or Broker's JSON text of ``data_type``."""
+    if isinstance(v, native):
+        return v if isinstance(v, made) else made.from_ns(ns_of(v))
     if _number(v):
-        return Timestamp.from_ns(seconds_ns(v))
+        return made.from_ns(seconds_ns(v))
     if isinstance(v, str):
-        text = v.strip()
+        stripped = v.strip()
         try:
-            return Timestamp.from_ns(seconds_ns(float(text)))
+            return made.from_ns(seconds_ns(float(stripped)))
         except ValueError:
             pass
+        cleaned = (
+            stripped.removesuffix("Z") if data_type == "timestamp" else stripped.replace(" ", "")
+        )
         try:
-            return from_json_obj({"@data-type": "timestamp", "data": text.removesuffix("Z")})
+            return from_json_obj({"@data-type": data_type, "data": cleaned})
         except BrokerError:
             pass
-    raise _Misfit(f"{_show(v)} is not a time (a timestamp, epoch seconds or ISO 8601 text)")
+    raise _Misfit(f"{_show(v)} is not {text}")
+
+
+def _time(v: Any) -> Timestamp:
+    what = "a time (a timestamp, epoch seconds or ISO 8601 text)"
+    return _temporal(v, _dt.datetime, Timestamp, timestamp_ns, "timestamp", what)
 
 
 def _interval(v: Any) -> Timespan:
-    if isinstance(v, _dt.timedelta):
-        return v if isinstance(v, Timespan) else Timespan.from_ns(timespan_ns(v))
-    if _number(v):
-        return Timespan.from_ns(seconds_ns(v))
-    if isinstance(v, str):
-        text = v.strip()
-        try:
-            return Timespan.from_ns(seconds_ns(float(text)))
-        except ValueError:
-            pass
-        try:
-            return from_json_obj({"@data-type": "timespan", "data": text.replace(" ", "")})
-        except BrokerError:
-            pass
-    raise _Misfit(f"{_show(v)} is not an interval (a duration, seconds, or text like 1500ms)")
+    what = "an interval (a duration, seconds, or text like 1500ms)"
+    return _temporal(v, _dt.timedelta, Timespan, timespan_ns, "timespan", what)
 
 
 def _string(v: Any) -> str | bytes:
