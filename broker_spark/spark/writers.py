@@ -223,7 +223,8 @@ class _Publisher:
             for link in self.links:
                 if link.closed:
                     raise DeliveryError(
-                        f"the connection to {link.peer_str} was lost while publishing"
+                        f"the peering with {link.peer_str} ended before the ack "
+                        "(while the task was publishing)"
                     )
 
     def finish(self) -> None:
