@@ -186,13 +186,11 @@ class _Publisher:
         self,
         connection: ConnectionOptions,
         settings: EndpointSettings,
-        topics: Iterable[str | None] = (),
         *,
         exact_refusals: bool = False,
     ) -> None:
         self.connection = connection
         self.settings = settings
-        self.topics = {t for t in topics if t}
         self.endpoint: Endpoint | None = None
         self.links: list[Any] = []  # the peerings made at open, which must acknowledge
         self.verdicts: ServerVerdicts | None = None  # a WebSocket server's refusals
@@ -300,7 +298,6 @@ def publish_batches(
     publisher = _Publisher(
         options.connection,
         settings or EndpointSettings(),
-        (options.topic, options.bad_records_topic),
         exact_refusals=options.bad_records_topic is not None,
     )
     server = options.connection.websocket.url if options.connection.websocket else "the server"
