@@ -27,7 +27,14 @@ import numpy as np
 
 from broker_spark.zeek.types import TEXT_TAGS, TypeTag, ZeekType
 
-__all__ = ["Block", "ColumnData", "DecodedBlock", "decode_block", "gather_bytes"]
+__all__ = [
+    "Block",
+    "ColumnData",
+    "DecodedBlock",
+    "decode_block",
+    "gather_bytes",
+    "value_run_ends",
+]
 
 #: Zero bytes after the data, so that a gather never needs a bounds check of its own.
 _PAD = 32
@@ -163,13 +170,13 @@ class _Walk:
     that ran past its record's end leaves the position beyond it.
     """
 
-    def __init__(self, block: Block) -> None:
+    def __init__(self, block: Block, header: int = 4) -> None:
         self.buf = block.buf
         self.views = _views(block.buf)
         self.limit = block.ends
         self.cap = len(block.buf) - _PAD + 1
-        self.pos = block.starts + 4
-        self.ok = block.ends - block.starts >= 4
+        self.pos = block.starts + header
+        self.ok = block.ends - block.starts >= header
 
 
 def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
@@ -183,14 +190,28 @@ def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
     if len(block):
         count = _read_i32(walk.views, np.where(ok, block.starts, 0))
         ok &= count == len(types)
-    columns = []
-    for zeek_type in types:
-        columns.append(_decode_column(walk, ok, None, zeek_type))
+    columns = _walk_columns(walk, ok, types)
     ok &= walk.pos == walk.limit
     if not ok.all():
         for column in columns:
             _forget(column, ok)
     return DecodedBlock(block, columns, ok, tuple(c.zeek_type for c in columns))
+
+
+def _walk_columns(walk: _Walk, ok: np.ndarray, types: Sequence[ZeekType]) -> list[ColumnData]:
+    return [_decode_column(walk, ok, None, zeek_type) for zeek_type in types]
+
+
+def value_run_ends(block: Block, types: Sequence[ZeekType]) -> np.ndarray:
+    """Where a run of ``len(types)`` values of these types ends, from each of
+    ``block.starts`` (values only, no field count before them, as records travel in
+    Zeek's ZeroMQ log batches); -1 where the bytes there are not such a run.
+    ``block.ends`` bound the reads (the end of the buffer's data will do)."""
+    walk = _Walk(block, header=0)
+    ok = walk.ok
+    _walk_columns(walk, ok, types)
+    ok &= walk.pos <= walk.limit
+    return np.where(ok, walk.pos, -1)
 
 
 def _forget(column: ColumnData, ok: np.ndarray) -> None:

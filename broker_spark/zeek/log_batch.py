@@ -1,0 +1,370 @@
+"""Zeek's log batches on its ZeroMQ cluster backend (``zeek-bin-serializer``), and their
+translation into the Broker messages a Zeek logging over Broker sends.
+
+A Zeek node on the ZeroMQ backend PUSHes each flush of a log writer as one
+batch (ZEEK-ZEROMQ.md section 2b; zeek/zeek ``src/cluster/serializer/binary-serialization-format/``):
+the stream, writer, filter and path, the columns (every batch carries them: there
+is no LogCreate), then the records' values back to back. Big-endian; a text is a
+4-byte length and its bytes::
+
+    str stream | str writer | str filter | str path
+    u32 nf | nf x {u8 has_secondary; [str secondary]; str name; i32 type; i32 subtype; u8 optional}
+    u32 nr | nr x nf x value (the values of :mod:`~broker_spark.zeek.record`)
+
+A record's values are exactly a LogWrite's ``serial_data`` without its leading
+field count, so the rest of the library needs nothing new:
+:meth:`BatchTranslator.translate` turns a batch into a LogCreate (when the
+sender's columns for that log are new or changed) and one Broker ``Batch`` of
+LogWrites, byte for byte what a Zeek logging over Broker would send, and the
+spool, the log scanner, the schema history, the Spark converter and the JSON
+lines take them as they take Zeek's own. Why translate rather than teach the
+converter a second record kind: the translation is a copy of each record behind
+a fixed head (measured in ``bench/zeek_logs.py``), against changes to every
+consumer of records (the scanner, the column decoder's record framing, the
+fallbacks, the schema history).
+
+Finding where each record ends needs its values' sizes: :func:`record_ends` reads
+only the headers and lengths, never building a value. Bad bytes raise
+:class:`~broker_spark.errors.DecodeError` naming what and where; no count is
+trusted beyond what the remaining bytes can hold.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from broker_spark.data.binary import encode
+from broker_spark.data.varbyte import encode_varbyte
+from broker_spark.errors import DecodeError, EncodeError
+from broker_spark.zeek.columns import _PAD, Block, value_run_ends
+from broker_spark.zeek.logs import LogCreate, WriterInfo
+from broker_spark.zeek.record import MAX_FIELDS, _skip, decode_values, encode_record
+from broker_spark.zeek.schema import LogField, LogSchema
+from broker_spark.zeek.types import TypeTag, ZeekType
+
+__all__ = [
+    "DEFAULT_FILTER",
+    "LOG_MESSAGE_TYPE",
+    "LOG_SERIALIZER",
+    "BatchHeader",
+    "BatchTranslator",
+    "decode_batch",
+    "encode_batch",
+    "read_header",
+    "record_ends",
+]
+
+#: Frame 0 of a log message, and frame 2: the serializer Zeek uses by default.
+LOG_MESSAGE_TYPE = b"log-write"
+LOG_SERIALIZER = b"zeek-bin-serializer"
+#: The filter name Zeek writes for a stream's default filter.
+DEFAULT_FILTER = "default"
+#: The writer a Zeek names (its ASCII writer, JSON or not).
+DEFAULT_WRITER = "Log::WRITER_ASCII"
+
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_FIELD_TYPES = struct.Struct(">iiB")
+_VALUE_MIN = 9  # type, subtype, present
+
+#: Distinct batch headers (logs and their columns) remembered.
+_HEADER_CACHE = 256
+#: Records in a batch from which their ends are found with numpy (fewer: one by one).
+VECTOR_MIN = 16
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """What precedes the records of a batch: who wrote them and their columns.
+
+    ``size`` is the header's length up to (not including) the record count.
+    """
+
+    stream: str
+    writer: str
+    filter: str
+    path: str
+    schema: LogSchema
+    size: int
+
+
+def _text(data: bytes, pos: int, what: str) -> tuple[str, int]:
+    if pos + 4 > len(data):
+        raise DecodeError(f"log batch: truncated {what} length at byte {pos}")
+    (n,) = _U32.unpack_from(data, pos)
+    pos += 4
+    if n > len(data) - pos:
+        raise DecodeError(
+            f"log batch: {what} of {n} bytes at byte {pos - 4}, {len(data) - pos} left"
+        )
+    raw = data[pos : pos + n]
+    try:
+        return raw.decode("utf-8"), pos + n
+    except UnicodeDecodeError:
+        raise DecodeError(f"log batch: {what} at byte {pos} is not UTF-8") from None
+
+
+def _parse_header(data: bytes) -> BatchHeader:
+    pos = 0
+    stream, pos = _text(data, pos, "stream id")
+    writer, pos = _text(data, pos, "writer id")
+    filter_name, pos = _text(data, pos, "filter name")
+    path, pos = _text(data, pos, "path")
+    if pos + 4 > len(data):
+        raise DecodeError(f"log batch of {path!r}: truncated field count at byte {pos}")
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
+    if count > MAX_FIELDS or count * 14 > len(data) - pos:
+        raise DecodeError(f"log batch of {path!r}: field count {count} does not fit")
+    fields = []
+    for i in range(count):
+        if pos >= len(data):
+            raise DecodeError(f"log batch of {path!r}: truncated field {i}")
+        has_secondary = data[pos]
+        pos += 1
+        secondary = None
+        if has_secondary > 1:
+            raise DecodeError(f"log batch of {path!r}: field {i}: bad secondary flag")
+        if has_secondary:
+            secondary, pos = _text(data, pos, f"field {i}'s secondary name")
+        name, pos = _text(data, pos, f"field {i}'s name")
+        if pos + _FIELD_TYPES.size > len(data):
+            raise DecodeError(f"log batch of {path!r}: truncated type of field {name!r}")
+        tag, subtag, optional = _FIELD_TYPES.unpack_from(data, pos)
+        pos += _FIELD_TYPES.size
+        try:
+            zeek_type = ZeekType(TypeTag(tag), TypeTag(subtag))
+        except ValueError:
+            raise DecodeError(
+                f"log batch of {path!r}: field {name!r} has unknown type {tag}/{subtag}"
+            ) from None
+        fields.append(LogField(name, zeek_type, optional > 0, secondary))
+    schema = LogSchema(stream, path, tuple(fields), source="ZeroMQ log batch")
+    return BatchHeader(stream, writer, filter_name, path, schema, pos)
+
+
+#: Parsed headers by their names part (stream, writer, filter, path): (whole header, parsed).
+_headers: dict[bytes, tuple[bytes, BatchHeader]] = {}
+
+
+def read_header(data: bytes) -> BatchHeader:
+    """The header of a batch (cached: every batch of a log repeats the same one)."""
+    try:
+        pos = 0
+        for _ in range(4):
+            (n,) = _U32.unpack_from(data, pos)
+            pos += 4 + n
+    except struct.error:
+        raise DecodeError(f"log batch: {len(data)} bytes are too few for a header") from None
+    names = bytes(data[:pos])
+    cached = _headers.get(names)
+    if cached is not None and data.startswith(cached[0]):
+        return cached[1]
+    header = _parse_header(data)
+    if len(_headers) >= _HEADER_CACHE:
+        _headers.clear()
+    _headers[names] = (bytes(data[: header.size]), header)
+    return header
+
+
+def record_ends(data: bytes, header: BatchHeader) -> list[int]:
+    """Where each record of the batch ends (the first starts at ``header.size + 4``)."""
+    pos = header.size
+    if pos + 4 > len(data):
+        raise DecodeError(f"log batch of {header.path!r}: truncated record count")
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
+    width = len(header.schema.fields)
+    if count and (not width or count * width * _VALUE_MIN > len(data) - pos):
+        raise DecodeError(
+            f"log batch of {header.path!r}: {count} records of {width} fields do not fit "
+            f"in {len(data) - pos} bytes"
+        )
+    end = len(data)
+    if count >= VECTOR_MIN:
+        found = _vector_ends(data, header, pos, count)
+        if found is not None:
+            return found
+    ends: list[int] = []
+    try:
+        for _ in range(count):
+            for _ in range(width):
+                pos = _skip(data, pos, 0)
+            if pos > end:
+                raise ValueError("truncated")
+            ends.append(pos)
+    except (ValueError, struct.error, IndexError):
+        raise DecodeError(
+            f"log batch of {header.path!r}: record {len(ends)} is malformed "
+            f"(at byte {ends[-1] if ends else header.size + 4})"
+        ) from None
+    if pos != end:
+        raise DecodeError(
+            f"log batch of {header.path!r}: {end - pos} bytes left after {count} records"
+        )
+    return ends
+
+
+def _vector_ends(data: bytes, header: BatchHeader, first: int, count: int) -> list[int] | None:
+    """:func:`record_ends` for many records at once with numpy (None: not found this way).
+
+    Every record starts with its first column's value header, whose type and
+    subtype (0) are known: the places where those 8 bytes occur are candidate
+    starts (the records' own and, rarely, look-alikes inside values). From every
+    candidate at once, the columns are walked as :mod:`~broker_spark.zeek.columns`
+    decodes them, giving where a record starting there would end; the records are
+    then the chain from the first start, each beginning where the one before ended,
+    which must be ``count`` long and end at the batch's end.
+    """
+    types = header.schema.types
+    tag = int(types[0].tag)
+    end = len(data)
+    buf = np.zeros(end + _PAD, dtype=np.uint8)
+    buf[:end] = np.frombuffer(data, dtype=np.uint8)
+    # the type's last byte first (a zero byte would match everywhere), then all 8 bytes
+    cands = np.flatnonzero(buf[first + 3 : end] == tag) + first
+    words = np.ndarray(shape=(len(buf) - 7,), dtype=">u8", buffer=buf, strides=(1,))
+    cands = cands[words[cands] == tag << 32]
+    if not len(cands) or cands[0] != first:
+        return None
+    stops = value_run_ends(Block(buf, cands, np.full(len(cands), end, dtype=np.int64)), types)
+    index = dict(zip(cands.tolist(), stops.tolist(), strict=True))
+    ends = []
+    pos = first
+    for _ in range(count):
+        pos = index.get(pos, -1)
+        if pos < 0:
+            return None
+        ends.append(pos)
+    return ends if pos == end else None
+
+
+def decode_batch(data: bytes) -> tuple[BatchHeader, list[list[Any]]]:
+    """The header and every record's values (see :func:`~broker_spark.zeek.record.decode_values`)."""
+    header = read_header(data)
+    ends = record_ends(data, header)
+    prefix = _I32.pack(len(header.schema.fields))
+    start = header.size + 4
+    records = []
+    for end in ends:
+        records.append(decode_values(prefix + data[start:end], header.schema.names))
+        start = end
+    return header, records
+
+
+def encode_batch(
+    schema: LogSchema,
+    records: Sequence[Sequence[Any]],
+    *,
+    writer: str = DEFAULT_WRITER,
+    filter_name: str = DEFAULT_FILTER,
+) -> bytes:
+    """A batch as a Zeek node PUSHes it: ``records`` (values in column order) of ``schema``."""
+    out = bytearray()
+    for text in (schema.stream, writer, filter_name, schema.path):
+        raw = text.encode("utf-8")
+        out += _U32.pack(len(raw)) + raw
+    out += _U32.pack(len(schema.fields))
+    for f in schema.fields:
+        if f.secondary_name is None:
+            out.append(0)
+        else:
+            raw = f.secondary_name.encode("utf-8")
+            out += b"\x01" + _U32.pack(len(raw)) + raw
+        raw = f.name.encode("utf-8")
+        out += _U32.pack(len(raw)) + raw
+        out += _FIELD_TYPES.pack(int(f.type), int(f.subtype), 1 if f.optional else 0)
+    out += _U32.pack(len(records))
+    for values in records:
+        if len(values) != len(schema.fields):
+            raise EncodeError(f"log batch: {len(values)} values for {len(schema.fields)} columns")
+        out += encode_record(values, schema.fields)[4:]
+    return bytes(out)
+
+
+# --- into Broker messages --------------------------------------------------------------
+
+
+def _log_write_head(stream: str, writer: str, path: str) -> bytes:
+    """The bytes of a LogWrite up to its record's length: the message head, the stream and
+    writer enums, the path and the string tag of ``serial_data`` (ZEEK.md section 1)."""
+    out = bytearray(b"\x0e\x03\x02" + (1).to_bytes(8, "big") + b"\x02" + (3).to_bytes(8, "big"))
+    out += b"\x0e\x04"
+    for tag, text in ((0x0B, stream), (0x0B, writer), (0x05, path)):
+        raw = text.encode("utf-8")
+        out.append(tag)
+        out += encode_varbyte(len(raw)) + raw
+    out.append(0x05)
+    return bytes(out)
+
+
+_BATCH_HEAD = b"\x0e\x03\x02" + (1).to_bytes(8, "big") + b"\x02" + (5).to_bytes(8, "big") + b"\x0e"
+
+
+class _Log:
+    """What the translator keeps per distinct batch header."""
+
+    __slots__ = ("create", "head", "header", "prefix")
+
+    def __init__(self, header: BatchHeader) -> None:
+        self.header = header
+        self.head = _log_write_head(header.stream, header.writer, header.path)
+        self.prefix = _I32.pack(len(header.schema.fields))
+        info = WriterInfo(header.path)
+        self.create = encode(LogCreate(header.stream, header.writer, info, header.schema).as_data())
+
+
+class BatchTranslator:
+    """Turns ZeroMQ log batches into Broker messages: LogCreates and Batches of LogWrites.
+
+    One per receiver: it remembers which columns it announced per sender and
+    log, so a LogCreate precedes a log's first batch from each sender and any
+    batch whose columns changed, as a Zeek peering over Broker would send.
+    """
+
+    def __init__(self) -> None:
+        self._logs: dict[bytes, _Log] = {}
+        self._announced: dict[tuple[str, str, str], LogSchema] = {}
+
+    def translate(self, batch: bytes, sender: str) -> tuple[BatchHeader, list[bytes]]:
+        """The header of ``batch`` and the Broker messages it becomes (a LogCreate first
+        when its columns are news from ``sender``); DecodeError for a malformed batch."""
+        log = self._log(batch)
+        header = log.header
+        ends = record_ends(batch, header)
+        out: list[bytes] = []
+        key = (sender, header.stream, header.path)
+        if self._announced.get(key) != header.schema:
+            if len(self._announced) >= 4096:
+                self._announced.clear()
+            self._announced[key] = header.schema
+            out.append(log.create)
+        if not ends:
+            return header, out
+        head = log.head
+        prefix = log.prefix
+        parts = [_BATCH_HEAD, encode_varbyte(len(ends))]
+        start = header.size + 4
+        for end in ends:
+            parts.append(head)
+            parts.append(encode_varbyte(end - start + 4))
+            parts.append(prefix)
+            parts.append(batch[start:end])
+            start = end
+        out.append(b"".join(parts))
+        return header, out
+
+    def _log(self, batch: bytes) -> _Log:
+        header = read_header(batch)
+        key = batch[: header.size]
+        log = self._logs.get(key)
+        if log is None:
+            if len(self._logs) >= _HEADER_CACHE:
+                self._logs.clear()
+            log = self._logs[key] = _Log(header)
+        return log
