@@ -19,7 +19,7 @@ from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
 from broker_spark.spark.options import BrokerOptionError, ConnectionOptions, HostPort
 
-__all__ = ["EndpointSettings", "open_endpoint"]
+__all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +145,26 @@ def _websocket(
     if ok is False:
         why = _errors_text(statuses) or "the server is unreachable or refused the connection"
         raise BrokerOptionError("websocket", target.url, f"cannot connect: {why}")
+
+
+def open_log_receiver(conn: ConnectionOptions) -> Any:
+    """The logger role on Zeek's ZeroMQ cluster backend: a PULL socket bound on
+    ``zeromq.logs`` that Zeek nodes PUSH their log batches to, drained on its own thread
+    (a :class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`: ``take_stamped``
+    and ``close``, as the pump takes an endpoint's subscription). With CURVE keys (the
+    ``zeromq.curve*`` options, or Zeek's environment variables) it is a CURVE server.
+    Fails with a :class:`BrokerOptionError` naming the option when it cannot bind."""
+    from broker_spark.zeromq.curve import CurveConfigError
+    from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
+
+    bind = conn.zeromq.logs
+    if bind is None:
+        raise BrokerOptionError("zeromq.logs", None, "is required for the ZeroMQ logger role")
+    try:
+        receiver = ZeroMQLogReceiver(bind, curve=conn.zeromq.curve_keys())
+    except (CurveConfigError, ZeroMQBindError) as exc:
+        raise BrokerOptionError("zeromq.logs", bind, str(exc)) from None
+    log.info(
+        "receiving Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
+    )
+    return receiver

@@ -58,6 +58,7 @@ __all__ = [
     "SslOptions",
     "WebSocketTarget",
     "WriterOptions",
+    "ZeroMQOptions",
     "default_log_path",
     "parse_host_port",
     "parse_reader_options",
@@ -81,7 +82,21 @@ STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("auto", "inline", "spool")
 
 _SSL_FILES = ("ssl.certificate", "ssl.key", "ssl.cafile", "ssl.capath", "ssl.passphrase")
-_SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES)
+#: Zeek's ZeroMQ cluster backend, named after Zeek's options (Cluster::Backend::ZeroMQ::...).
+_ZEROMQ_CURVE = (
+    "zeromq.curveServerPublicKey",
+    "zeromq.curveServerSecretKey",
+    "zeromq.curveClientPublicKey",
+    "zeromq.curveClientSecretKey",
+)
+_ZEROMQ = (
+    "zeromq.logs",
+    "zeromq.proxy",
+    "zeromq.connectXsubEndpoint",
+    "zeromq.connectXpubEndpoint",
+    *_ZEROMQ_CURVE,
+)
+_SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES, *_ZEROMQ)
 _READER = (
     "topics",
     "store",
@@ -103,7 +118,11 @@ _READER = (
 )
 _WRITER = ("topic", "store", "format", "badRecordsTopic", "log", "zeekTypes")
 _SPARK_ADDED = ("path", "checkpointLocation")
-_SECRET = frozenset({"ssl.passphrase"})
+_SECRET = frozenset(
+    {"ssl.passphrase", "zeromq.curveServerSecretKey", "zeromq.curveClientSecretKey"}
+)
+#: The ports Zeek's proxy binds by default: its XPUB (our XSUB connects) and its XSUB.
+ZEROMQ_PROXY_PORTS = (5555, 5556)
 
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?\Z"
@@ -236,13 +255,39 @@ class SslOptions:
 
 
 @dataclass(frozen=True)
+class ZeroMQOptions:
+    """Zeek's ZeroMQ cluster backend: our logger PULL (``zeromq.logs``, bound, as Zeek's
+    ``listen_log_endpoint``), our XSUB and XPUB connected to the cluster's proxy (as
+    ``connect_xsub_endpoint``/``connect_xpub_endpoint``), and the CURVE keys (Z85, as
+    ``curve_{server,client}_{publickey,secretkey}``; empty: Zeek's environment variables)."""
+
+    logs: str | None = None
+    xsub: str | None = None
+    xpub: str | None = None
+    curve: tuple[str, str, str, str] = field(default=("", "", "", ""), repr=False)
+
+    @property
+    def proxy(self) -> bool:
+        return self.xsub is not None or self.xpub is not None
+
+    def curve_keys(self) -> Any:
+        """The CURVE keys in force (:class:`~broker_spark.zeromq.curve.CurveKeys`): these
+        options, or Zeek's environment variables; CurveConfigError when they do not fit."""
+        from broker_spark.zeromq.curve import CurveKeys
+
+        return CurveKeys.resolve(CurveKeys(*self.curve))
+
+
+@dataclass(frozen=True)
 class ConnectionOptions:
-    """How an endpoint reaches the Broker world: accept peers, dial peers, or a WebSocket API."""
+    """How an endpoint reaches the Broker world: accept peers, dial peers, a WebSocket API,
+    or Zeek's ZeroMQ cluster backend."""
 
     listen: HostPort | None = None
     peers: tuple[HostPort, ...] = ()
     websocket: WebSocketTarget | None = None
     ssl: SslOptions = field(default_factory=SslOptions)
+    zeromq: ZeroMQOptions = field(default_factory=ZeroMQOptions)
 
     def configuration(self) -> Configuration:
         """A fresh endpoint configuration with these TLS settings."""
@@ -449,7 +494,48 @@ def _connection(raw: _Raw) -> ConnectionOptions:
         raise BrokerOptionError(
             "ssl.disable", "true", f"contradicts websocket={websocket_text!r} (use ws://)"
         )
-    return ConnectionOptions(listen, peers, websocket, ssl)
+    return ConnectionOptions(listen, peers, websocket, ssl, _zeromq(raw))
+
+
+_ZMQ_ENDPOINT = re.compile(r"(tcp|ipc|inproc)://\S+\Z")
+
+
+def _zeromq_endpoint(raw: _Raw, name: str) -> str | None:
+    value = raw.nonempty(name)
+    if value is not None and not _ZMQ_ENDPOINT.match(value):
+        raise BrokerOptionError(name, value, "expected a ZeroMQ endpoint such as tcp://host:5557")
+    return value
+
+
+def _zeromq(raw: _Raw) -> ZeroMQOptions:
+    logs = _zeromq_endpoint(raw, "zeromq.logs")
+    xsub = _zeromq_endpoint(raw, "zeromq.connectXsubEndpoint")
+    xpub = _zeromq_endpoint(raw, "zeromq.connectXpubEndpoint")
+    proxy = raw.nonempty("zeromq.proxy")
+    if proxy is not None:
+        host = proxy.removeprefix("tcp://")
+        if ":" in host.strip("[]") and not host.startswith("["):
+            raise BrokerOptionError(
+                "zeromq.proxy", proxy, "expected the proxy's host (its ports are Zeek's 5555 and 5556)"
+            )
+        if xsub is not None or xpub is not None:
+            raise BrokerOptionError(
+                "zeromq.proxy", proxy, "contradicts zeromq.connectXsubEndpoint/connectXpubEndpoint"
+            )
+        xsub, xpub = (f"tcp://{host}:{port}" for port in ZEROMQ_PROXY_PORTS)
+    keys = tuple(raw.nonempty(name) or "" for name in _ZEROMQ_CURVE)
+    if any(keys) and logs is None and xsub is None and xpub is None:
+        given = next(n for n, k in zip(_ZEROMQ_CURVE, keys, strict=True) if k)
+        raise BrokerOptionError(given, None, "applies with zeromq.logs or zeromq.proxy only")
+    options = ZeroMQOptions(logs, xsub, xpub, keys)  # type: ignore[arg-type]
+    if logs is not None or xsub is not None or xpub is not None:
+        from broker_spark.zeromq.curve import CurveConfigError
+
+        try:
+            options.curve_keys()
+        except CurveConfigError as exc:
+            raise BrokerOptionError("zeromq.curve*", None, str(exc)) from None
+    return options
 
 
 # --- readers and writers ----------------------------------------------------------------
@@ -485,9 +571,21 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
-    if not (conn.listen or conn.peers or conn.websocket):
+    zeromq = conn.zeromq
+    if zeromq.logs is not None:
+        if fmt != "zeek-logs":
+            raise BrokerOptionError("zeromq.logs", zeromq.logs, "applies to format=zeek-logs only")
+        if conn.listen or conn.peers or conn.websocket or zeromq.proxy:
+            raise BrokerOptionError(
+                "zeromq.logs",
+                zeromq.logs,
+                "reads Zeek's logs on its own: leave out listen, peer, websocket and zeromq.proxy",
+            )
+    if not (conn.listen or conn.peers or conn.websocket or zeromq.logs or zeromq.xsub):
         raise BrokerOptionError(
-            "listen/peer/websocket", None, "one of them is required to reach Broker peers"
+            "listen/peer/websocket/zeromq.proxy",
+            None,
+            "one of them is required to reach Broker peers or Zeek (zeromq.logs for Zeek's logs)",
         )
     partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
@@ -601,8 +699,12 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
-    if not (conn.peers or conn.websocket):
-        raise BrokerOptionError("peer/websocket", None, "one of them is required to publish")
+    if conn.zeromq.logs is not None:
+        raise BrokerOptionError("zeromq.logs", conn.zeromq.logs, "is for reading Zeek's logs")
+    if not (conn.peers or conn.websocket or conn.zeromq.xpub):
+        raise BrokerOptionError(
+            "peer/websocket/zeromq.proxy", None, "one of them is required to publish"
+        )
     return WriterOptions(
         connection=conn,
         topic=topic,
