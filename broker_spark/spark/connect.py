@@ -92,6 +92,8 @@ def open_endpoint(
             _peer(endpoint, address, retry, statuses)
         if conn.websocket is not None:
             _websocket(endpoint, conn, websocket_topics, retry, statuses)
+        if conn.zeromq.proxy:
+            _zeromq(endpoint, conn, statuses)
         statuses.reset()
     except BaseException:
         endpoint.shutdown()
@@ -145,6 +147,33 @@ def _websocket(
     if ok is False:
         why = _errors_text(statuses) or "the server is unreachable or refused the connection"
         raise BrokerOptionError("websocket", target.url, f"cannot connect: {why}")
+
+
+#: Milliseconds a task's XPUB may take to hand what it published to the proxy when it
+#: closes (Zeek's linger_ms is 500): the writers' acknowledgement waits for that.
+ZEROMQ_LINGER_MS = 30_000
+
+
+def _zeromq(endpoint: Endpoint, conn: ConnectionOptions, statuses: Any) -> None:
+    """Join the Zeek cluster whose ZeroMQ proxy the options name (ZeroMQ redials by itself)."""
+    zeromq = conn.zeromq
+    if zeromq.xsub is None or zeromq.xpub is None:
+        raise BrokerOptionError(
+            "zeromq.proxy",
+            None,
+            "needs both the proxy's XPUB (connectXsubEndpoint) and XSUB (connectXpubEndpoint)",
+        )
+    try:
+        ok = endpoint.zeromq_join(
+            zeromq.xsub, zeromq.xpub, curve=zeromq.curve_keys(), linger_ms=ZEROMQ_LINGER_MS
+        )
+    except ValueError as exc:
+        raise BrokerOptionError("zeromq.proxy", zeromq.xsub, str(exc)) from None
+    if not ok:
+        why = _errors_text(statuses) or "no ZeroMQ proxy answered"
+        raise BrokerOptionError(
+            "zeromq.proxy", f"{zeromq.xsub},{zeromq.xpub}", f"cannot join: {why}"
+        )
 
 
 def open_log_receiver(conn: ConnectionOptions) -> Any:

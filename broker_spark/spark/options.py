@@ -60,6 +60,7 @@ __all__ = [
     "WriterOptions",
     "ZeroMQOptions",
     "default_log_path",
+    "parse_zeromq_proxy",
     "parse_host_port",
     "parse_reader_options",
     "parse_writer_options",
@@ -507,22 +508,40 @@ def _zeromq_endpoint(raw: _Raw, name: str) -> str | None:
     return value
 
 
+def parse_zeromq_proxy(text: str, option: str) -> tuple[str, str]:
+    """A Zeek cluster's ZeroMQ proxy: its host (Zeek's ports 5555 for its XPUB, 5556 for its
+    XSUB) or both endpoints, ``tcp://h:5555,tcp://h:5556`` (where our XSUB, then our XPUB,
+    connect: Zeek's ``connect_xsub_endpoint`` and ``connect_xpub_endpoint``)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) == 2 and all(_ZMQ_ENDPOINT.match(p) for p in parts):
+        return parts[0], parts[1]
+    host = text.strip().removeprefix("tcp://")
+    if len(parts) != 1 or not host or "/" in host or (":" in host and not host.startswith("[")):
+        raise BrokerOptionError(
+            option, text, "expected the proxy's host, or its XPUB and XSUB endpoints (a,b)"
+        )
+    first, second = (f"tcp://{host}:{port}" for port in ZEROMQ_PROXY_PORTS)
+    return first, second
+
+
 def _zeromq(raw: _Raw) -> ZeroMQOptions:
     logs = _zeromq_endpoint(raw, "zeromq.logs")
     xsub = _zeromq_endpoint(raw, "zeromq.connectXsubEndpoint")
     xpub = _zeromq_endpoint(raw, "zeromq.connectXpubEndpoint")
     proxy = raw.nonempty("zeromq.proxy")
     if proxy is not None:
-        host = proxy.removeprefix("tcp://")
-        if ":" in host.strip("[]") and not host.startswith("["):
-            raise BrokerOptionError(
-                "zeromq.proxy", proxy, "expected the proxy's host (its ports are Zeek's 5555 and 5556)"
-            )
         if xsub is not None or xpub is not None:
             raise BrokerOptionError(
                 "zeromq.proxy", proxy, "contradicts zeromq.connectXsubEndpoint/connectXpubEndpoint"
             )
-        xsub, xpub = (f"tcp://{host}:{port}" for port in ZEROMQ_PROXY_PORTS)
+        xsub, xpub = parse_zeromq_proxy(proxy, "zeromq.proxy")
+    if (xsub is None) != (xpub is None):
+        given = "zeromq.connectXsubEndpoint" if xpub is None else "zeromq.connectXpubEndpoint"
+        raise BrokerOptionError(
+            given,
+            xsub or xpub,
+            "a node connects to both of the proxy's sockets: give the other too",
+        )
     keys = tuple(raw.nonempty(name) or "" for name in _ZEROMQ_CURVE)
     if any(keys) and logs is None and xsub is None and xpub is None:
         given = next(n for n, k in zip(_ZEROMQ_CURVE, keys, strict=True) if k)

@@ -176,7 +176,7 @@ class _Publisher:
             wanted = sorted(self.topics | first) if conn.websocket is not None else ()
             self.endpoint = open_endpoint(conn, settings=self.settings, websocket_topics=wanted)
             self.links = peer_links(self.endpoint)
-            if conn.peers:
+            if conn.peers or conn.zeromq.proxy:
                 _await_peer_filters(self.endpoint, FILTER_WAIT, first, self.links)
         return self.endpoint
 
