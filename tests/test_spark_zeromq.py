@@ -9,7 +9,6 @@ Events: an XPUB/XSUB proxy runs in the test process as Zeek's proxy thread does
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -17,8 +16,11 @@ import zmq
 from recorded import VECTORS
 from spark_fixtures import free_port, running, spark, wait_for  # noqa: F401
 from zeek_recordings import ZMQ_LOGS, zmq_local_lines, zmq_messages
+from zeromq_proxy import zeromq_proxy
 
+from broker_spark.data.binary import decode
 from broker_spark.spark.zeek_schema import read_zeek_json, zeek_log_schema
+from broker_spark.zeek import Event
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -88,21 +90,63 @@ def test_logs_pushed_by_zeek_are_the_rows_of_its_own_json_logs(spark) -> None:  
             assert [r["log"] for r in rows if r["_path"] == path] == expected
 
 
-def test_a_taken_logs_port_fails_the_query_with_the_option_named(spark) -> None:  # noqa: F811
-    ctx = zmq.Context()
-    taken = ctx.socket(zmq.PULL)
-    taken.linger = 0
-    port = taken.bind_to_random_port("tcp://127.0.0.1")
-    try:
-        df = _logs_reader(spark, f"tcp://127.0.0.1:{port}", logs="conn")
-        query = df.writeStream.format("memory").queryName("zmq_taken").start()
-        with running(query):
-            deadline = time.monotonic() + 60
-            while query.isActive and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert not query.isActive
-            assert "zeromq.logs" in str(query.exception())
-            assert "cannot bind" in str(query.exception())
-    finally:
-        taken.close(0)
-        ctx.term()
+def test_events_read_and_written_through_a_zeek_clusters_proxy(spark) -> None:  # noqa: F811
+    """A stream reads the events a Zeek node publishes (the recorded frames) and a batch
+    write publishes rows as Zeek events, both through the cluster's ZeroMQ proxy."""
+    recorded = zmq_messages("zeek-zmq-events", "python/sub_received.jsonl")
+    with zeromq_proxy() as proxy:
+        where = f"{proxy.xpub},{proxy.xsub}"
+        ctx = zmq.Context()
+        xsub = ctx.socket(zmq.XSUB)  # a Zeek node: XSUB to the proxy's XPUB, XPUB to its XSUB
+        xpub = ctx.socket(zmq.XPUB)
+        for sock in (xsub, xpub):
+            sock.linger = 0
+        xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        xsub.connect(proxy.xpub)
+        xpub.connect(proxy.xsub)
+        xsub.send(b"\x01zeek.test.to-zeek.")
+        try:
+            df = (
+                spark.readStream.format("broker")
+                .option("zeromq.proxy", where)
+                .option("topics", "zeek.test.from-zeek.")
+                .option("format", "zeek")
+                .load()
+            )
+            with running(df.writeStream.format("memory").queryName("zmq_events").start()):
+                seen: set[bytes] = set()
+
+                def subscribed() -> bool:
+                    while xpub.poll(0):
+                        seen.add(xpub.recv())
+                    return b"\x01zeek.test.from-zeek." in seen
+
+                wait_for(subscribed, 60, "the reader's subscription at the Zeek node")
+                for frames in recorded:
+                    xpub.send_multipart(frames)
+                _rows(spark, "zmq_events", 18)
+                rows = spark.sql("select event, topic from zmq_events order by offset").collect()
+                assert [r["event"] for r in rows][:2] == ["ZTest::ev_count", "ZTest::ev_int"]
+                assert {r["topic"] for r in rows} == {"zeek.test.from-zeek.values"}
+            events = spark.createDataFrame(
+                [("ZTest::seen", "uid1", 3), ("ZTest::seen", "uid2", None)],
+                "event STRING, uid STRING, n BIGINT",
+            ).coalesce(1)
+            (
+                events.write.format("broker")
+                .mode("append")
+                .option("zeromq.proxy", where)
+                .option("topic", "zeek.test.to-zeek.events")
+                .option("format", "zeek")
+                .save()
+            )
+            got = []
+            while len(got) < 2 and xsub.poll(10_000):
+                got.append(xsub.recv_multipart())
+            assert [f[2] for f in got] == [b"broker-bin-v1"] * 2
+            args = sorted((Event(decode(f[3])).args() for f in got), key=str)
+            assert args == [["uid1", 3], ["uid2", None]]
+        finally:
+            xsub.close(0)
+            xpub.close(0)
+            ctx.term()

@@ -325,3 +325,40 @@ def test_curve_keys_follow_zeeks_rules() -> None:
     assert "secret" not in repr(keys).replace(
         "secretkey", ""
     ) and keys.server_secretkey not in repr(keys)
+
+
+def test_spark_options_name_what_is_wrong() -> None:
+    from broker_spark.spark.connect import open_log_receiver
+    from broker_spark.spark.options import (
+        BrokerOptionError,
+        parse_reader_options,
+        parse_writer_options,
+    )
+
+    logs = {"format": "zeek-logs", "zeromq.logs": "tcp://127.0.0.1:0"}
+    options = parse_reader_options(logs)
+    assert options.connection.zeromq.logs == "tcp://127.0.0.1:0"
+    receiver = open_log_receiver(options.connection)
+    try:
+        taken = parse_reader_options({**logs, "zeromq.logs": receiver.endpoint})
+        with pytest.raises(BrokerOptionError, match="option zeromq.logs=.*cannot bind"):
+            open_log_receiver(taken.connection)
+    finally:
+        receiver.close()
+    with pytest.raises(BrokerOptionError, match="applies to format=zeek-logs only"):
+        parse_reader_options({"topics": "x", "zeromq.logs": "tcp://127.0.0.1:1"})
+    with pytest.raises(BrokerOptionError, match="leave out listen"):
+        parse_reader_options({**logs, "peer": "127.0.0.1:9999"})
+    with pytest.raises(BrokerOptionError, match="expected a ZeroMQ endpoint"):
+        parse_reader_options({**logs, "zeromq.logs": "127.0.0.1:5557"})
+    proxy = parse_reader_options({"topics": "z", "zeromq.proxy": "manager"}).connection.zeromq
+    assert (proxy.xsub, proxy.xpub) == ("tcp://manager:5555", "tcp://manager:5556")
+    both = parse_writer_options({"topic": "z", "zeromq.proxy": "tcp://a:1,tcp://b:2"})
+    assert (both.connection.zeromq.xsub, both.connection.zeromq.xpub) == ("tcp://a:1", "tcp://b:2")
+    with pytest.raises(BrokerOptionError, match="give the other too"):
+        parse_writer_options({"topic": "z", "zeromq.connectXsubEndpoint": "tcp://a:1"})
+    with pytest.raises(BrokerOptionError, match="is for reading"):
+        parse_writer_options({"topic": "z", "zeromq.logs": "tcp://a:1"})
+    with pytest.raises(BrokerOptionError, match="40 characters") as failure:
+        parse_reader_options({**logs, "zeromq.curveServerSecretKey": "not-a-key"})
+    assert "not-a-key" not in str(failure.value)
