@@ -104,6 +104,7 @@ class NodeSettings:
     log_dir: str | None = None  # write received Zeek logs into this directory
     log_rotate: float = 3600.0
     log_topics: list[str] = field(default_factory=lambda: ["zeek/logs/"])
+    zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -235,7 +236,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
         if level not in LOG_LEVELS:
             raise r.fail(f"[log] level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
         s.log_level = level
-    logs = r.keys("[logs]", doc.get("logs", {}), ["dir", "rotate", "topics"])
+    logs = r.keys("[logs]", doc.get("logs", {}), ["dir", "rotate", "topics", "zeromq"])
     if "dir" in logs:
         s.log_dir = r.path_value("[logs]", "dir", logs["dir"])
     rotate = r.typed("[logs]", "rotate", logs.get("rotate", s.log_rotate), (int, float))
@@ -244,6 +245,8 @@ def load_node_config(path: str | Path) -> NodeSettings:
     s.log_rotate = float(rotate)
     if "topics" in logs:
         s.log_topics = r.strings("[logs]", "topics", logs["topics"])
+    if "zeromq" in logs:
+        s.zeromq_logs = r.typed("[logs]", "zeromq", logs["zeromq"], str)
     try:
         s.configuration()  # option values checked now, with the file's name
     except ConfigError as exc:
