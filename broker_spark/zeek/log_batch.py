@@ -17,7 +17,8 @@ field count, so the rest of the library needs nothing new:
 sender's columns for that log are new or changed) and one Broker ``Batch`` of
 LogWrites, byte for byte what a Zeek logging over Broker would send, and the
 spool, the log scanner, the schema history, the Spark converter and the JSON
-lines take them as they take Zeek's own. Why translate rather than teach the
+lines take them as they take Zeek's own (a batch of more than 400 records, the
+most a Zeek puts in one Broker ``Batch``, becomes several). Why translate rather than teach the
 converter a second record kind: the translation is a copy of each record behind
 a fixed head (measured in ``bench/zeek_logs.py``), against changes to every
 consumer of records (the scanner, the column decoder's record framing, the
@@ -303,6 +304,22 @@ def _log_write_head(stream: str, writer: str, path: str) -> bytes:
     return bytes(out)
 
 
+#: Records per Broker Batch, as a Zeek logging over Broker sends them (``Broker::log_batch_size``):
+#: a ZeroMQ batch of up to 1000 becomes Batches of this size, so the spool and its readers
+#: see the messages they see from Broker (a spool appends 400-record messages fastest).
+BROKER_BATCH = 400
+
+#: The varbyte of ``serial_data``'s length (the record plus its 4-byte count), by record size.
+_lengths: dict[int, bytes] = {}
+
+
+def _length(size: int) -> bytes:
+    raw = encode_varbyte(size + 4)
+    if len(_lengths) < 65536:
+        _lengths[size] = raw
+    return raw
+
+
 _BATCH_HEAD = b"\x0e\x03\x02" + (1).to_bytes(8, "big") + b"\x02" + (5).to_bytes(8, "big") + b"\x0e"
 
 
@@ -348,15 +365,17 @@ class BatchTranslator:
             return header, out
         head = log.head
         prefix = log.prefix
-        parts = [_BATCH_HEAD, encode_varbyte(len(ends))]
         start = header.size + 4
-        for end in ends:
-            parts.append(head)
-            parts.append(encode_varbyte(end - start + 4))
-            parts.append(prefix)
-            parts.append(batch[start:end])
-            start = end
-        out.append(b"".join(parts))
+        for lo in range(0, len(ends), BROKER_BATCH):
+            chunk = ends[lo : lo + BROKER_BATCH]
+            parts = [_BATCH_HEAD, encode_varbyte(len(chunk))]
+            for end in chunk:
+                parts.append(head)
+                parts.append(_lengths.get(end - start) or _length(end - start))
+                parts.append(prefix)
+                parts.append(batch[start:end])
+                start = end
+            out.append(b"".join(parts))
         return header, out
 
     def _log(self, batch: bytes) -> _Log:

@@ -67,6 +67,9 @@ DEFAULT_MAX_QUEUED_BYTES = 256 * 1024 * 1024
 #: The topic prefix Zeek publishes logs on over Broker (``Broker::default_log_topic_prefix``).
 LOG_TOPIC_PREFIX = "zeek/logs/"
 
+#: Bytes of batches translated per take, about: a consumer's call stays short, and what it
+#: appends to a spool at once stays the size of a few Broker Batches.
+TAKE_BYTES = 4 * 1024 * 1024
 #: Messages received per turn before the thread looks at its other sockets.
 _TURN = 256
 #: Milliseconds the thread waits for input before looking at its stop flag again.
@@ -175,12 +178,10 @@ class ZeroMQLogReceiver:
                         poller.register(self._pull, zmq.POLLIN)
                     else:
                         poller.unregister(self._pull)
-                        log.warning(
-                            "ZeroMQ logs on %s: %d bytes wait for a consumer that falls "
-                            "behind; not reading until it catches up (Zeek drops batches "
-                            "when its queue to us is full)",
-                            self.endpoint,
-                            self._queued_bytes,
+                        self._complain(
+                            f"ZeroMQ logs on {self.endpoint}: {self._queued_bytes} bytes wait "
+                            "for a consumer that falls behind; not reading until it catches up "
+                            "(Zeek drops batches when its queue to us is full)"
                         )
                     reading = want
                 ready = dict(poller.poll(_POLL_MS))
@@ -322,9 +323,14 @@ class ZeroMQLogReceiver:
                     return []
                 self._cond.wait(remaining)
             queue = self._queue
-            count = min(max(1, n // 2), len(queue))
-            taken = [queue.popleft() for _ in range(count)]
-            self._queued_bytes -= sum(len(batch) for _sender, batch in taken)
+            most = max(1, n // 2)
+            taken = []
+            size = 0
+            while queue and len(taken) < most and size < TAKE_BYTES:
+                item = queue.popleft()
+                taken.append(item)
+                size += len(item[1])
+            self._queued_bytes -= size
         return taken
 
     @property
