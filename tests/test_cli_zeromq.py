@@ -8,33 +8,15 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zmq
 from spark_fixtures import free_port, wait_for
-from test_cli_support import Command
+from test_cli_logs import spawn  # noqa: F401 (the fixture)
 from zeek_recordings import ZMQ_LOGS, zmq_local_lines, zmq_messages
-from zeromq_proxy import zeromq_proxy
+from zeromq_proxy import zeek_node, zeromq_proxy
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator:
-    started: list[Command] = []
-
-    def start(*args: str) -> Command:
-        cmd = Command(*args, tmp=tmp_path / "stderr")
-        started.append(cmd)
-        return cmd
-
-    try:
-        yield start
-    finally:
-        for cmd in started:
-            cmd.close()
 
 
 def _push_recording(endpoint: str) -> None:
@@ -50,7 +32,7 @@ def _push_recording(endpoint: str) -> None:
         ctx.term()
 
 
-def test_logs_as_the_clusters_logger_print_zeeks_lines(spawn) -> None:
+def test_logs_as_the_clusters_logger_print_zeeks_lines(spawn) -> None:  # noqa: F811
     where = f"tcp://127.0.0.1:{free_port()}"
     paths = ("http", "files", "reporter")
     total = sum(len(zmq_local_lines(ZMQ_LOGS, p)) for p in paths)
@@ -67,7 +49,7 @@ def test_logs_as_the_clusters_logger_print_zeeks_lines(spawn) -> None:
     assert by_path == {p: zmq_local_lines(ZMQ_LOGS, p) for p in paths}
 
 
-def test_a_node_writes_the_clusters_logs_into_a_directory(spawn, tmp_path) -> None:
+def test_a_node_writes_the_clusters_logs_into_a_directory(spawn, tmp_path) -> None:  # noqa: F811
     out = tmp_path / "logs"
     node = spawn(
         "node", "--no-listen", "--no-tls", "--log-dir", str(out), "--log-rotate", "0",
@@ -89,24 +71,12 @@ def test_a_node_writes_the_clusters_logs_into_a_directory(spawn, tmp_path) -> No
         assert (out / f"{path}.log").read_text().splitlines() == zmq_local_lines(ZMQ_LOGS, path)
 
 
-def test_publish_and_subscribe_through_the_proxy(spawn) -> None:
+def test_publish_and_subscribe_through_the_proxy(spawn) -> None:  # noqa: F811
     with zeromq_proxy() as proxy:
         where = f"{proxy.xpub},{proxy.xsub}"
         sub = spawn("subscribe", "zeek/demo/", "--zeromq-proxy", where, "--count", "1")
-        ctx = zmq.Context()
-        xpub = ctx.socket(zmq.XPUB)  # watches the subscriptions the proxy forwards
-        xpub.linger = 0
-        xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        xpub.connect(proxy.xsub)
-        try:
-            seen: set[bytes] = set()
-
-            def subscribed() -> bool:
-                while xpub.poll(0):
-                    seen.add(xpub.recv())
-                return b"\x01zeek/demo/" in seen
-
-            wait_for(subscribed, 30, "the subscriber's subscription")
+        with zeek_node(proxy) as node:  # its XPUB sees the subscriptions the proxy forwards
+            wait_for(lambda: node.sees("zeek/demo/"), 30, "the subscriber's subscription")
             done = subprocess.run(
                 [sys.executable, "-m", "broker_spark", "publish", "zeek/demo/x",
                  "--event", "Demo::ping", '"hello"', "--zeromq-proxy", where],
@@ -115,9 +85,6 @@ def test_publish_and_subscribe_through_the_proxy(spawn) -> None:
             assert done.returncode == 0, done.stderr
             line = sub.rest(30)[0]
             assert "Demo::ping" in line and "hello" in line
-        finally:
-            xpub.close(0)
-            ctx.term()
 
 
 def test_a_wrong_zeromq_proxy_is_a_usage_error() -> None:

@@ -16,7 +16,7 @@ import zmq
 from recorded import VECTORS
 from spark_fixtures import free_port, running, spark, wait_for  # noqa: F401
 from zeek_recordings import ZMQ_LOGS, zmq_local_lines, zmq_messages
-from zeromq_proxy import zeromq_proxy
+from zeromq_proxy import zeek_node, zeromq_proxy
 
 from broker_spark.data.binary import decode
 from broker_spark.spark.zeek_schema import read_zeek_json, zeek_log_schema
@@ -96,16 +96,7 @@ def test_events_read_and_written_through_a_zeek_clusters_proxy(spark) -> None:  
     recorded = zmq_messages("zeek-zmq-events", "python/sub_received.jsonl")
     with zeromq_proxy() as proxy:
         where = f"{proxy.xpub},{proxy.xsub}"
-        ctx = zmq.Context()
-        xsub = ctx.socket(zmq.XSUB)  # a Zeek node: XSUB to the proxy's XPUB, XPUB to its XSUB
-        xpub = ctx.socket(zmq.XPUB)
-        for sock in (xsub, xpub):
-            sock.linger = 0
-        xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        xsub.connect(proxy.xpub)
-        xpub.connect(proxy.xsub)
-        xsub.send(b"\x01zeek.test.to-zeek.")
-        try:
+        with zeek_node(proxy, ("zeek.test.to-zeek.",)) as node:
             df = (
                 spark.readStream.format("broker")
                 .option("zeromq.proxy", where)
@@ -114,16 +105,9 @@ def test_events_read_and_written_through_a_zeek_clusters_proxy(spark) -> None:  
                 .load()
             )
             with running(df.writeStream.format("memory").queryName("zmq_events").start()):
-                seen: set[bytes] = set()
-
-                def subscribed() -> bool:
-                    while xpub.poll(0):
-                        seen.add(xpub.recv())
-                    return b"\x01zeek.test.from-zeek." in seen
-
-                wait_for(subscribed, 60, "the reader's subscription at the Zeek node")
+                wait_for(lambda: node.sees("zeek.test.from-zeek."), 60, "the reader's subscription")
                 for frames in recorded:
-                    xpub.send_multipart(frames)
+                    node.xpub.send_multipart(frames)
                 _rows(spark, "zmq_events", 18)
                 rows = spark.sql("select event, topic from zmq_events order by offset").collect()
                 assert [r["event"] for r in rows][:2] == ["ZTest::ev_count", "ZTest::ev_int"]
@@ -141,12 +125,8 @@ def test_events_read_and_written_through_a_zeek_clusters_proxy(spark) -> None:  
                 .save()
             )
             got = []
-            while len(got) < 2 and xsub.poll(10_000):
-                got.append(xsub.recv_multipart())
+            while len(got) < 2 and node.xsub.poll(10_000):
+                got.append(node.xsub.recv_multipart())
             assert [f[2] for f in got] == [b"broker-bin-v1"] * 2
             args = sorted((Event(decode(f[3])).args() for f in got), key=str)
             assert args == [["uid1", 3], ["uid2", None]]
-        finally:
-            xsub.close(0)
-            xpub.close(0)
-            ctx.term()

@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import zmq
 from zeek_recordings import zmq_messages
-from zeromq_proxy import zeromq_proxy
+from zeromq_proxy import zeek_node, zeromq_proxy
 
 import broker_spark as broker
 from broker_spark.data.binary import decode, encode
@@ -22,6 +21,7 @@ from broker_spark.data.types import Count, Port
 from broker_spark.errors import EC
 from broker_spark.zeek import Event
 from broker_spark.zeromq.curve import CurveKeys, generate_keypair
+from broker_spark.zeromq.link import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,15 +30,6 @@ EVENTS = "zeek-zmq-events"
 
 def _plain() -> broker.Endpoint:
     return broker.Endpoint(broker.Configuration(broker.BrokerOptions(disable_ssl=True)))
-
-
-def _wait(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_every_recorded_event_decodes_to_zeeks_values_and_encodes_back() -> None:
@@ -72,21 +63,6 @@ def test_subscriptions_as_the_proxy_forwards_them() -> None:
     ]
 
 
-def _zeek_node(proxy, topics: list[bytes]) -> tuple[zmq.Context, zmq.Socket, zmq.Socket]:
-    """A node as Zeek makes one: XSUB to the proxy's XPUB, XPUB (verbose) to its XSUB."""
-    ctx = zmq.Context()
-    xsub = ctx.socket(zmq.XSUB)
-    xpub = ctx.socket(zmq.XPUB)
-    for sock in (xsub, xpub):
-        sock.linger = 0
-    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-    xsub.connect(proxy.xpub)
-    xpub.connect(proxy.xsub)
-    for topic in topics:
-        xsub.send(b"\x01" + topic)
-    return ctx, xsub, xpub
-
-
 def test_a_joined_endpoint_exchanges_zeeks_frames_with_a_zeek_node() -> None:
     recorded = zmq_messages(EVENTS, "python/sub_received.jsonl")
     with zeromq_proxy() as proxy, _plain() as ep:
@@ -95,61 +71,48 @@ def test_a_joined_endpoint_exchanges_zeeks_frames_with_a_zeek_node() -> None:
         assert ep.zeromq_join(proxy.xpub, proxy.xsub)
         codes = [s.code() for s in statuses.poll()]
         assert codes[:2] == [broker.SC.EndpointDiscovered, broker.SC.PeerAdded]
-        ctx, xsub, xpub = _zeek_node(proxy, [b"zeek.test.to-zeek."])
-        try:
+        with zeek_node(proxy, ("zeek.test.to-zeek.",)) as node:
             # the node sees our subscription, as Zeek's XPUB hands it to script land
-            seen: set[bytes] = set()
-            assert _wait(lambda: seen.update(_drain(xpub)) or b"\x01zeek.test.from-zeek." in seen)
+            assert wait_until(lambda: node.sees("zeek.test.from-zeek."), 10)
             # Zeek -> us: the recorded frames, decoded as Broker's bindings give them
             for frames in recorded:
-                xpub.send_multipart(frames)
+                node.xpub.send_multipart(frames)
             got = sub.get(18, 10)
             assert [t for t, _v in got] == ["zeek.test.from-zeek.values"] * 18
             assert [Event(v).name() for _t, v in got] == [
                 Event(decode(f[3])).name() for f in recorded
             ]
             # us -> Zeek: once the node's subscription arrived, four frames, our payload untouched
-            assert _wait(
-                lambda: any(str(t) == "zeek.test.to-zeek." for t in ep.peer_subscriptions())
+            assert wait_until(
+                lambda: any(str(t) == "zeek.test.to-zeek." for t in ep.peer_subscriptions()), 10
             )
             event = Event("ZTest::from_python_simple", Count(7), Port(443, Port.TCP))
             ep.publish("zeek.test.to-zeek.events", event)
-            assert xsub.poll(10_000)
-            topic, node, serializer, payload = xsub.recv_multipart()
+            assert node.xsub.poll(10_000)
+            topic, node_id, serializer, payload = node.xsub.recv_multipart()
             assert topic == b"zeek.test.to-zeek.events" and serializer == b"broker-bin-v1"
-            assert node.startswith(b"zeromq_broker-spark_")
+            assert node_id.startswith(b"zeromq_broker-spark_")
             assert payload == encode(event.as_data())
             # a message in another serializer is dropped with an error status; the next one counts
-            xpub.send_multipart([b"zeek.test.from-zeek.x", b"n", b"broker-json-v1", b"{}"])
-            xpub.send_multipart(recorded[0])
+            node.xpub.send_multipart([b"zeek.test.from-zeek.x", b"n", b"broker-json-v1", b"{}"])
+            node.xpub.send_multipart(recorded[0])
             assert sub.get(1, 10)[0][0] == "zeek.test.from-zeek.values"
             errors = [s for s in statuses.poll() if isinstance(s, broker.Error)]
             assert errors and errors[0].code() == EC.DeserializationFailed
             assert "broker-json-v1" in errors[0].message()
             # our own publication coming back (same node id) is not delivered to us
             sub2 = ep.make_subscriber("zeek.test.to-zeek.")
-            xpub.send_multipart([b"zeek.test.to-zeek.x", node, b"broker-bin-v1", payload])
+            node.xpub.send_multipart([b"zeek.test.to-zeek.x", node_id, b"broker-bin-v1", payload])
             assert sub2.get(0.3) is None
-        finally:
-            xsub.close(0)
-            xpub.close(0)
-            ctx.term()
         assert ep.zeromq_leave()
         assert not ep.zeromq_leave()
-
-
-def _drain(sock: zmq.Socket) -> list[bytes]:
-    out = []
-    while sock.poll(0):
-        out.append(sock.recv())
-    return out
 
 
 def test_two_endpoints_publish_and_subscribe_through_the_proxy() -> None:
     with zeromq_proxy() as proxy, _plain() as a, _plain() as b:
         sub = b.make_subscriber("zeek/events/")
         assert a.zeromq_join(proxy.xpub, proxy.xsub) and b.zeromq_join(proxy.xpub, proxy.xsub)
-        assert _wait(lambda: any(str(t) == "zeek/events/" for t in a.peer_subscriptions()))
+        assert wait_until(lambda: any(str(t) == "zeek/events/" for t in a.peer_subscriptions()), 10)
         a.publish_batch(*[("zeek/events/n", Event("E::n", Count(i))) for i in range(3000)])
         got = []
         deadline = time.monotonic() + 20
@@ -180,7 +143,7 @@ def test_curve_clients_join_a_curve_proxy_and_a_wrong_key_is_refused() -> None:
         client = CurveKeys(keys.server_publickey, "", keys.client_publickey, keys.client_secretkey)
         assert a.zeromq_join(proxy.xpub, proxy.xsub, curve=client)
         assert b.zeromq_join(proxy.xpub, proxy.xsub, curve=client)
-        assert _wait(lambda: any(str(t) == "zeek/x" for t in a.peer_subscriptions()))
+        assert wait_until(lambda: any(str(t) == "zeek/x" for t in a.peer_subscriptions()), 10)
         a.publish("zeek/x", Event("E::curve", "secret"))
         assert Event(sub.get(10.0)[1]).args() == ["secret"]
         other = _keys()

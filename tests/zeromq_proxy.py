@@ -81,3 +81,39 @@ def zeromq_proxy(curve: CurveKeys | None = None) -> Iterator[Proxy]:
         if zap is not None:
             zap.close()
         ctx.term()
+
+
+@dataclass
+class ZeekNode:
+    """A node as Zeek makes one: its XSUB connected to the proxy's XPUB, its XPUB (verbose)
+    to the proxy's XSUB; ``seen`` collects the subscription messages its XPUB received."""
+
+    xsub: zmq.Socket
+    xpub: zmq.Socket
+    seen: set
+
+    def sees(self, topic: str) -> bool:
+        """Whether the node's XPUB has seen a subscription to ``topic`` (reads what waits)."""
+        while self.xpub.poll(0):
+            self.seen.add(self.xpub.recv())
+        return b"\x01" + topic.encode() in self.seen
+
+
+@contextmanager
+def zeek_node(proxy: Proxy, topics: tuple[str, ...] = ()) -> Iterator[ZeekNode]:
+    ctx = zmq.Context()
+    xsub = ctx.socket(zmq.XSUB)
+    xpub = ctx.socket(zmq.XPUB)
+    for sock in (xsub, xpub):
+        sock.linger = 0
+    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    xsub.connect(proxy.xpub)
+    xpub.connect(proxy.xsub)
+    for topic in topics:
+        xsub.send(b"\x01" + topic.encode())
+    try:
+        yield ZeekNode(xsub, xpub, set())
+    finally:
+        xsub.close(0)
+        xpub.close(0)
+        ctx.term()
