@@ -53,6 +53,83 @@ def test_every_recorded_event_decodes_to_zeeks_values_and_encodes_back() -> None
             assert encode(decode(frames[3])) == frames[3]
 
 
+def _as_zeek_json(value):
+    """A decoded value as Zeek's ``to_json`` writes it (the printout's ``json=``), for the
+    types whose JSON says everything (records, intervals, patterns and composite keys are
+    compared by their other tests)."""
+    import datetime as dt
+    import ipaddress
+
+    from broker_spark.data.types import Enum
+
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):  # not UTF-8: Zeek escapes what is not printable ASCII
+        return "".join(chr(c) if 32 <= c < 127 else f"\\x{c:02x}" for c in value)
+    if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress._BaseNetwork):
+        return str(value)
+    if isinstance(value, Port):
+        return {"port": value.number(), "proto": ["unknown", "tcp", "udp", "icmp"][value.type()]}
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, tuple):
+        return [_as_zeek_json(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted(_as_zeek_json(v) for v in value)
+    if isinstance(value, dict):
+        return {str(k): _as_zeek_json(v) for k, v in value.items()}
+    raise TypeError(type(value))
+
+
+#: Types whose JSON (Zeek's to_json) does not show the value as the others do: intervals
+#: (``"1.0 sec 500.0 msecs"``), patterns, records (unset fields left out) and composite keys.
+_NOT_COMPARED = {
+    "interval",
+    "pattern",
+    "ZTest::Rec",
+    "set[addr,port]",
+    "table[count,string] of addr",
+}
+
+
+def test_every_recorded_event_holds_the_values_zeek_printed() -> None:
+    import json
+
+    from recorded import VECTORS
+
+    events = {}
+    for frames in zmq_messages(EVENTS, "python/sub_received.jsonl"):
+        event = Event(decode(frames[3]))
+        events[event.name().removeprefix("ZTest::")] = event.args()
+    position: dict[str, int] = {}
+    compared = 0
+    for line in (VECTORS / EVENTS / "zeek" / "stdout.txt").read_text().splitlines():
+        if not line.startswith("SEND ") or "(no arguments)" in line:
+            continue
+        name, _arg, rest = line[5:].split(" ", 2)
+        kind = rest.split(" print=")[0].removeprefix("type=")
+        i = position[name] = position.get(name, -1) + 1
+        value = events[name][i]
+        try:
+            printed = json.loads(rest.rsplit(" json=", 1)[1])
+        except ValueError:
+            continue  # Zeek's JSON of bytes that are not UTF-8 (\x escapes) is not JSON
+        if kind in _NOT_COMPARED:
+            continue
+        if kind.startswith("set["):
+            printed = sorted(printed)
+        got = _as_zeek_json(value)
+        if kind == "time":
+            assert abs(got - printed) < 1e-6, line
+        else:
+            assert got == printed, line
+        compared += 1
+    assert sum(len(a) for a in events.values()) == sum(position.values()) + len(position)
+    assert compared == 50, compared  # of the 60 arguments Zeek printed
+
+
 def test_subscriptions_as_the_proxy_forwards_them() -> None:
     subs = zmq_messages(EVENTS, "python/xpub_subscriptions.jsonl")
     assert [f[0] for f in subs] == [
