@@ -602,9 +602,10 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
             )
     if not (conn.listen or conn.peers or conn.websocket or zeromq.logs or zeromq.xsub):
         raise BrokerOptionError(
-            "listen/peer/websocket/zeromq.proxy",
+            "listen/peer/websocket",
             None,
-            "one of them is required to reach Broker peers or Zeek (zeromq.logs for Zeek's logs)",
+            "one of them is required to reach Broker peers (or, for a Zeek cluster on the "
+            "ZeroMQ backend, zeromq.proxy, and zeromq.logs for its logs)",
         )
     partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
@@ -722,7 +723,10 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
         raise BrokerOptionError("zeromq.logs", conn.zeromq.logs, "is for reading Zeek's logs")
     if not (conn.peers or conn.websocket or conn.zeromq.xpub):
         raise BrokerOptionError(
-            "peer/websocket/zeromq.proxy", None, "one of them is required to publish"
+            "peer/websocket",
+            None,
+            "one of them is required to publish (or zeromq.proxy, for a Zeek cluster on "
+            "the ZeroMQ backend)",
         )
     return WriterOptions(
         connection=conn,

@@ -175,6 +175,13 @@ def read_header(data: bytes) -> BatchHeader:
 
 def record_ends(data: bytes, header: BatchHeader) -> list[int]:
     """Where each record of the batch ends (the first starts at ``header.size + 4``)."""
+    ends, _buf = _ends(data, header)
+    return ends if isinstance(ends, list) else ends.tolist()
+
+
+def _ends(data: bytes, header: BatchHeader) -> tuple[list[int] | np.ndarray, np.ndarray | None]:
+    """The records' ends: from many records at once with numpy (an array, with the padded
+    buffer it was found in), else one by one (a list)."""
     pos = header.size
     if pos + 4 > len(data):
         raise DecodeError(f"log batch of {header.path!r}: truncated record count")
@@ -208,11 +215,13 @@ def record_ends(data: bytes, header: BatchHeader) -> list[int]:
         raise DecodeError(
             f"log batch of {header.path!r}: {end - pos} bytes left after {count} records"
         )
-    return ends
+    return ends, None
 
 
-def _vector_ends(data: bytes, header: BatchHeader, first: int, count: int) -> list[int] | None:
-    """:func:`record_ends` for many records at once with numpy (None: not found this way).
+def _vector_ends(
+    data: bytes, header: BatchHeader, first: int, count: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The records' ends found with numpy, and the padded buffer (None: not found this way).
 
     Every record starts with its first column's value header, whose type and
     subtype (0) are known: the places where those 8 bytes occur are candidate
@@ -234,6 +243,8 @@ def _vector_ends(data: bytes, header: BatchHeader, first: int, count: int) -> li
     if not len(cands) or cands[0] != first:
         return None
     stops = value_run_ends(Block(buf, cands, np.full(len(cands), end, dtype=np.int64)), types)
+    if len(cands) == count and stops[-1] == end and (stops[:-1] == cands[1:]).all():
+        return stops, buf  # no look-alike: each record ends where the next starts
     index = dict(zip(cands.tolist(), stops.tolist(), strict=True))
     ends = []
     pos = first
@@ -242,7 +253,47 @@ def _vector_ends(data: bytes, header: BatchHeader, first: int, count: int) -> li
         if pos < 0:
             return None
         ends.append(pos)
-    return ends if pos == end else None
+    return (np.asarray(ends, dtype=np.int64), buf) if pos == end else None
+
+
+def _assemble(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, head: bytes, prefix: bytes
+) -> bytes:
+    """One Broker Batch of the records ``buf[starts[i]:ends[i]]`` (back to back in ``buf``)
+    as LogWrites: :data:`_BATCH_HEAD`, their count, and per record ``head``, the varbyte of
+    its ``serial_data`` length, ``prefix`` (the field count) and the record, built with numpy:
+    the records' bytes keep their order, so one masked copy moves them all."""
+    n = len(starts)
+    sizes = ends - starts
+    serial = sizes + 4
+    width = np.where(serial < 0x80, 1, np.where(serial < 0x4000, 2, 3))
+    fixed = len(head) + width + 4
+    piece = fixed + sizes
+    lead = _BATCH_HEAD + encode_varbyte(n)
+    begin = np.cumsum(piece) - piece + len(lead)
+    out = np.empty(len(lead) + int(piece.sum()), dtype=np.uint8)
+    record = np.ones(len(out), dtype=bool)
+    out[: len(lead)] = np.frombuffer(lead, dtype=np.uint8)
+    record[: len(lead)] = False
+    at = begin[:, None] + np.arange(len(head))
+    out[at] = np.frombuffer(head, dtype=np.uint8)
+    record[at] = False
+    at = begin + len(head)
+    low = serial & 0x7F
+    out[at] = np.where(width > 1, low | 0x80, low)
+    record[at] = False
+    two = width > 1
+    mid = (serial >> 7) & 0x7F
+    out[at[two] + 1] = np.where(width[two] > 2, mid[two] | 0x80, mid[two])
+    record[at[two] + 1] = False
+    three = width > 2
+    out[at[three] + 2] = serial[three] >> 14
+    record[at[three] + 2] = False
+    at = (at + width)[:, None] + np.arange(len(prefix))
+    out[at] = np.frombuffer(prefix, dtype=np.uint8)
+    record[at] = False
+    out[record] = buf[starts[0] : ends[-1]]
+    return out.tobytes()
 
 
 def decode_batch(data: bytes) -> tuple[BatchHeader, list[list[Any]]]:
@@ -353,7 +404,7 @@ class BatchTranslator:
         when its columns are news from ``sender``); DecodeError for a malformed batch."""
         log = self._log(batch)
         header = log.header
-        ends = record_ends(batch, header)
+        ends, buf = _ends(batch, header)
         out: list[bytes] = []
         key = (sender, header.stream, header.path)
         if self._announced.get(key) != header.schema:
@@ -361,11 +412,20 @@ class BatchTranslator:
                 self._announced.clear()
             self._announced[key] = header.schema
             out.append(log.create)
-        if not ends:
+        if not len(ends):
             return header, out
         head = log.head
         prefix = log.prefix
-        start = header.size + 4
+        first = header.size + 4
+        if buf is not None and int((ends[1:] - ends[:-1]).max(initial=0)) < 1 << 20:
+            assert isinstance(ends, np.ndarray)
+            starts = np.concatenate(([first], ends[:-1]))
+            for lo in range(0, len(ends), BROKER_BATCH):
+                hi = lo + BROKER_BATCH
+                out.append(_assemble(buf, starts[lo:hi], ends[lo:hi], head, prefix))
+            return header, out
+        ends = ends if isinstance(ends, list) else ends.tolist()
+        start = first
         for lo in range(0, len(ends), BROKER_BATCH):
             chunk = ends[lo : lo + BROKER_BATCH]
             parts = [_BATCH_HEAD, encode_varbyte(len(chunk))]

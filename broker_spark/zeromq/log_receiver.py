@@ -70,8 +70,9 @@ LOG_TOPIC_PREFIX = "zeek/logs/"
 #: Bytes of batches translated per take, about: a consumer's call stays short, and what it
 #: appends to a spool at once stays the size of a few Broker Batches.
 TAKE_BYTES = 4 * 1024 * 1024
-#: Messages received per turn before the thread looks at its other sockets.
-_TURN = 256
+#: Messages received per turn before the thread looks at its other sockets (and lets
+#: the consumer have the interpreter).
+_TURN = 64
 #: Milliseconds the thread waits for input before looking at its stop flag again.
 _POLL_MS = 100
 _HANDSHAKE_FAILURES = (
@@ -131,7 +132,7 @@ class ZeroMQLogReceiver:
         self.rejected = 0  # messages dropped as malformed
         self.refused = 0  # clients turned away by CURVE
         self._complain = _Complaints()
-        self._queue: deque[tuple[bytes, bytes]] = deque()
+        self._queue: deque[tuple[bytes, zmq.Frame]] = deque()
         self._queued_bytes = 0
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -202,23 +203,26 @@ class ZeroMQLogReceiver:
                 self._cond.notify_all()
 
     def _receive(self) -> None:
-        got: list[tuple[bytes, bytes]] = []
+        got: list[tuple[bytes, zmq.Frame]] = []
         size = 0
         recv = self._pull.recv_multipart
         for _ in range(_TURN):
             try:
-                frames = recv(zmq.NOBLOCK)
+                # without copying: the batch's bytes are copied by the consumer, so this
+                # thread holds the interpreter only briefly per message
+                frames = recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            bad = _bad_frames(frames)
+            heads = [f.bytes for f in frames[:3]]
+            bad = _bad_frames(heads, len(frames))
             if bad:
                 self.rejected += 1
-                sender = frames[1].decode("utf-8", "replace") if len(frames) > 1 else "?"
+                sender = heads[1].decode("utf-8", "replace") if len(heads) > 1 else "?"
                 self._complain(
                     f"ZeroMQ logs on {self.endpoint}: dropped a message from {sender}: {bad}"
                 )
                 continue
-            got.append((frames[1], frames[3]))
+            got.append((heads[1], frames[3]))
             size += len(frames[3])
         if got:
             with self._cond:
@@ -282,7 +286,8 @@ class ZeroMQLogReceiver:
         """Up to ``n`` log messages as soon as there are some; ``[]`` after ``timeout``
         seconds. Raises :class:`~broker_spark.errors.ShutdownError` once closed and drained."""
         out: list[tuple[str, bytes, str]] = []
-        for batch_sender, batch in self._wait(n, timeout):
+        for batch_sender, frame in self._wait(n, timeout):
+            batch = frame.bytes
             sender = self._senders.get(batch_sender)
             if sender is None:
                 sender = batch_sender.decode("utf-8", "replace")
@@ -311,7 +316,7 @@ class ZeroMQLogReceiver:
         now = clock_ns()
         return [(topic, payload, sender, now) for topic, payload, sender in items]
 
-    def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, bytes]]:
+    def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, zmq.Frame]]:
         """Up to ``n`` batches (a batch becomes one or two messages), waiting for the first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -359,10 +364,11 @@ class ZeroMQLogReceiver:
         return f"ZeroMQLogReceiver({self.endpoint!r}, received={self.received})"
 
 
-def _bad_frames(frames: list[bytes]) -> str:
-    """What is wrong with a received message as a log message ("" when nothing)."""
-    if len(frames) != 4:
-        return f"{len(frames)} frames, a log message has 4"
+def _bad_frames(frames: list[bytes], count: int) -> str:
+    """What is wrong with a received message (its first frames, of ``count``) as a log
+    message ("" when nothing)."""
+    if count != 4:
+        return f"{count} frames, a log message has 4"
     if frames[0] != LOG_MESSAGE_TYPE:
         return f"frame 0 is {frames[0][:40]!r}, not {LOG_MESSAGE_TYPE!r}"
     if frames[2] != LOG_SERIALIZER:
