@@ -9,6 +9,8 @@ Events: an XPUB/XSUB proxy runs in the test process as Zeek's proxy thread does
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -35,18 +37,25 @@ def _logs_reader(session: Any, endpoint: str, **options: str) -> Any:
     return reader.load()
 
 
-def _push_recording(endpoint: str) -> None:
-    """PUSH every recorded batch to ``endpoint``, as a Zeek node would: queued until the
-    PULL is bound and connected (ZeroMQ redials), then sent."""
+@contextmanager
+def _pushing_recording(*endpoints: str) -> Iterator[None]:
+    """PUSH every recorded batch to each endpoint, as a Zeek node would: queued at once
+    (the PULLs are bound when their queries start: ZeroMQ redials until then), sent as
+    soon as a PULL is there; the sockets close when the block ends."""
     ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.linger = 10_000
+    pushes = []
     try:
-        push.connect(endpoint)
-        for frames in zmq_messages(ZMQ_LOGS):
-            push.send_multipart(frames)
+        for endpoint in endpoints:
+            push = ctx.socket(zmq.PUSH)
+            push.linger = 0
+            push.connect(endpoint)
+            pushes.append(push)
+            for frames in zmq_messages(ZMQ_LOGS):
+                push.send_multipart(frames)
+        yield
     finally:
-        push.close()
+        for push in pushes:
+            push.close(0)
         ctx.term()
 
 
@@ -83,9 +92,8 @@ def test_logs_and_events_through_zeeks_zeromq_backend(spark) -> None:  # noqa: F
             running(conn.writeStream.format("memory").queryName("zmq_conn").start()),
             running(every.writeStream.format("memory").queryName("zmq_all").start()),
             running(events.writeStream.format("memory").queryName("zmq_events").start()),
+            _pushing_recording(conn_at, all_at),
         ):
-            _push_recording(conn_at)
-            _push_recording(all_at)
             wait_for(lambda: node.sees("zeek.test.from-zeek."), 60, "the reader's subscription")
             for frames in recorded:
                 node.xpub.send_multipart(frames)

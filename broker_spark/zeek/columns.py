@@ -51,11 +51,17 @@ _FIXED = {
 
 @dataclass
 class Block:
-    """Records in one buffer: record ``i`` is ``data[starts[i]:ends[i]]``."""
+    """Records in one buffer: record ``i`` is ``data[starts[i]:ends[i]]``.
+
+    A record is a LogWrite's ``serial_data`` (its field count, then the values), or
+    with ``fields`` set, values only, that many (as records travel in Zeek's ZeroMQ
+    log batches: :mod:`~broker_spark.zeek.log_batch`).
+    """
 
     buf: np.ndarray  # uint8, with at least _PAD bytes after the last record (any values)
     starts: np.ndarray  # int64
     ends: np.ndarray  # int64
+    fields: int | None = None
 
     @classmethod
     def from_spans(cls, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> Block:
@@ -73,7 +79,10 @@ class Block:
         return len(self.starts)
 
     def record(self, i: int) -> bytes:
-        return self.buf[self.starts[i] : self.ends[i]].tobytes()
+        """Record ``i`` as ``serial_data`` (with its field count, as the reference codec
+        :func:`~broker_spark.zeek.record.decode_values` reads it)."""
+        raw = self.buf[self.starts[i] : self.ends[i]].tobytes()
+        return raw if self.fields is None else self.fields.to_bytes(4, "big") + raw
 
 
 @dataclass
@@ -170,7 +179,8 @@ class _Walk:
     that ran past its record's end leaves the position beyond it.
     """
 
-    def __init__(self, block: Block, header: int = 4) -> None:
+    def __init__(self, block: Block) -> None:
+        header = 4 if block.fields is None else 0  # the field count before the values
         self.buf = block.buf
         self.views = _views(block.buf)
         self.limit = block.ends
@@ -187,7 +197,9 @@ def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
     """
     walk = _Walk(block)
     ok = walk.ok
-    if len(block):
+    if block.fields is not None:
+        ok &= block.fields == len(types)
+    elif len(block):
         count = _read_i32(walk.views, np.where(ok, block.starts, 0))
         ok &= count == len(types)
     columns = _walk_columns(walk, ok, types)
@@ -204,10 +216,10 @@ def _walk_columns(walk: _Walk, ok: np.ndarray, types: Sequence[ZeekType]) -> lis
 
 def value_run_ends(block: Block, types: Sequence[ZeekType]) -> np.ndarray:
     """Where a run of ``len(types)`` values of these types ends, from each of
-    ``block.starts`` (values only, no field count before them, as records travel in
+    ``block.starts`` (values only: ``block.fields`` is set, as records travel in
     Zeek's ZeroMQ log batches); -1 where the bytes there are not such a run.
     ``block.ends`` bound the reads (the end of the buffer's data will do)."""
-    walk = _Walk(block, header=0)
+    walk = _Walk(block)
     ok = walk.ok
     _walk_columns(walk, ok, types)
     ok &= walk.pos <= walk.limit

@@ -56,8 +56,10 @@ __all__ = [
     "BatchTranslator",
     "decode_batch",
     "encode_batch",
+    "is_log_batch",
     "read_header",
     "record_ends",
+    "record_spans",
 ]
 
 #: Frame 0 of a log message, and frame 2: the serializer Zeek uses by default.
@@ -173,6 +175,25 @@ def read_header(data: bytes) -> BatchHeader:
     return header
 
 
+def is_log_batch(payload: bytes) -> bool:
+    """Whether a message is a ZeroMQ log batch rather than Broker data (cheap): a batch starts
+    with the stream id's 4-byte length, so with a zero byte, where Broker data starts with
+    its type tag; the only Broker value starting with 0 is a lone ``none``, one byte long."""
+    return len(payload) > 16 and payload[0] == 0
+
+
+def record_spans(data: bytes) -> tuple[BatchHeader, np.ndarray, np.ndarray]:
+    """The header of a batch and where each record starts and ends in it."""
+    header = read_header(data)
+    ends, _buf = _ends(data, header)
+    ends = np.asarray(ends, dtype=np.int64)
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = header.size + 4
+        starts[1:] = ends[:-1]
+    return header, starts, ends
+
+
 def record_ends(data: bytes, header: BatchHeader) -> list[int]:
     """Where each record of the batch ends (the first starts at ``header.size + 4``)."""
     ends, _buf = _ends(data, header)
@@ -242,7 +263,8 @@ def _vector_ends(
     cands = cands[words[cands] == tag << 32]
     if not len(cands) or cands[0] != first:
         return None
-    stops = value_run_ends(Block(buf, cands, np.full(len(cands), end, dtype=np.int64)), types)
+    bound = np.full(len(cands), end, dtype=np.int64)
+    stops = value_run_ends(Block(buf, cands, bound, len(types)), types)
     if len(cands) == count and stops[-1] == end and (stops[:-1] == cands[1:]).all():
         return stops, buf  # no look-alike: each record ends where the next starts
     index = dict(zip(cands.tolist(), stops.tolist(), strict=True))

@@ -13,6 +13,11 @@ scanner's :class:`~broker_spark.zeek.schema.SchemaRegistry` on the spot, so
 every record is tied to the schema in force when it arrived (a LogCreate that
 changes a stream's columns applies to the records after it). Everything
 else (events, identifier updates) is skipped and counted.
+
+Log batches of Zeek's ZeroMQ backend (:mod:`~broker_spark.zeek.log_batch`) are the
+second kind of message holding records: each carries its columns (learned as a
+LogCreate's) and its records' values without a field count before each; their
+groups say so (:attr:`LogGroup.fields`), and the column decoder reads them as such.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from broker_spark.data.binary_decode import decode_from
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
+from broker_spark.zeek.log_batch import record_spans
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema, SchemaRegistry
 
@@ -76,6 +82,14 @@ class LogGroup:
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     runs: list[tuple[int, int, int]] = field(default_factory=list)
+    #: None: each record is a LogWrite's ``serial_data`` (its field count, then its
+    #: values); a number: values only, that many (records of a ZeroMQ log batch)
+    fields: int | None = None
+
+    def record(self, data: bytes, i: int) -> bytes:
+        """Record ``i`` of ``data`` as ``serial_data`` (what ``decode_values`` reads)."""
+        raw = data[self.starts[i] : self.ends[i]]
+        return raw if self.fields is None else self.fields.to_bytes(4, "big") + raw
 
     def messages(self) -> np.ndarray:
         """The message each record came in."""
@@ -263,8 +277,12 @@ class LogScanner:
 
     def scan(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
         """Note the log records of the message in ``buf[start:end]``; a message that is not
-        valid Broker data is counted in :attr:`undecodable` (and raises nothing)."""
+        valid Broker data (nor a ZeroMQ log batch) is counted in :attr:`undecodable` (and
+        raises nothing)."""
         try:
+            if end - start > 16 and buf[start] == 0:
+                self._log_batch(buf, start, end, sender, message)
+                return
             pos = self._value(buf, start, end, sender, message, 0)
         except (DecodeError, IndexError, ValueError):
             self.undecodable += 1
@@ -472,13 +490,35 @@ class LogScanner:
         self.records += 1
         return after
 
-    def _group(self, sender: str, stream: str, path: str) -> LogGroup | None:
+    def _log_batch(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
+        """A ZeroMQ log batch (:mod:`~broker_spark.zeek.log_batch`): its own columns, learned
+        as a LogCreate's would be, and its records, values only, found all at once."""
+        header, starts, ends = record_spans(buf[start:end])
+        schema = header.schema
+        if self.registry.learn(sender, schema):
+            self._heads.clear()
+            self._last = None
+            if self.on_schema is not None:
+                self.on_schema(sender, schema, True)
+        count = len(starts)
+        group = self._group(sender, header.stream, header.path, len(schema.fields))
+        if group is None:
+            self.skipped += count
+        elif count:
+            group.starts.extend((starts + start).tolist())
+            group.ends.extend((ends + start).tolist())
+            group.runs.append((message, self.records, count))
+        self.records += count
+
+    def _group(
+        self, sender: str, stream: str, path: str, fields: int | None = None
+    ) -> LogGroup | None:
         if self.paths is not None and path not in self.paths:
             return None
         schema = self.registry.lookup(sender, stream, path)
-        key = (sender, stream, path, id(schema))
+        key = (sender, stream, path, id(schema), fields)
         group = self._group_by.get(key)
         if group is None:
-            group = self._group_by[key] = LogGroup(sender, stream, path, schema)
+            group = self._group_by[key] = LogGroup(sender, stream, path, schema, fields=fields)
             self.groups.append(group)
         return group

@@ -11,22 +11,26 @@ Any program with a bound PULL socket can be that logger.
 broker-spark takes log messages through (the Spark reader's pump, ``broker-spark
 logs``, ``node --log-dir``): :meth:`take` / :meth:`take_stamped` return spool
 records ``(topic, payload, sender[, received_at_ns])`` and :meth:`close` ends it.
-Each batch becomes the Broker messages a Zeek logging over Broker sends (a
-LogCreate when its columns are new, then one ``Batch`` of LogWrites: see
-:mod:`~broker_spark.zeek.log_batch`) on the topic ``zeek/logs/<stream id>``,
-with the Zeek node's id as sender; everything downstream is unchanged.
+Each batch is handed on as it arrived, on the topic ``zeek/logs/<stream id>``
+(where a Zeek publishes logs over Broker) with the Zeek node's id as sender: the
+log scanner reads ZeroMQ batches beside Broker's log messages
+(:mod:`~broker_spark.zeek.log_scan`), so the spool, the schema history, the Spark
+converter and the JSON lines take them as they take logs over Broker. Only the
+header is checked here (parsed once per log): the records are found where they
+are decoded, on Spark's executors, and not in this process, which Zeek drops
+batches for when it falls behind.
 
 Why a thread of its own: a Zeek node sends without blocking and drops a batch
 when its PUSH queue (``log_sndhwm``, 1000 messages) is full, so the socket must
 be drained whatever its consumer does. The thread only receives and queues raw
-batches; the consumer translates them when it takes them. The queue is bounded
+batches, without copying them. The queue is bounded
 in bytes (``max_queued_bytes``): past it the thread stops reading, ZeroMQ's
 queues fill (``log_rcvhwm`` here, ``log_sndhwm`` at the node) and the nodes
 drop, which Zeek reports as "Failed to send log write. HWM reached?"; a warning
 here says the consumer fell behind.
 
 Bad input costs only itself: a message that is not four frames, names another
-serializer or holds a malformed batch is dropped, counted in :attr:`rejected`
+serializer or holds a malformed header is dropped, counted in :attr:`rejected`
 and logged (at most once a second) with its sender and what is wrong. With
 CURVE (:class:`~broker_spark.zeromq.curve.CurveKeys`) the socket is a CURVE
 server that lets in only the client public key, as Zeek's logger does; a client
@@ -47,7 +51,7 @@ from typing import Any
 import zmq
 
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
-from broker_spark.zeek.log_batch import LOG_MESSAGE_TYPE, LOG_SERIALIZER, BatchTranslator
+from broker_spark.zeek.log_batch import LOG_MESSAGE_TYPE, LOG_SERIALIZER, read_header
 from broker_spark.zeromq.curve import CurveKeys, ZapHandler
 
 __all__ = [
@@ -67,9 +71,8 @@ DEFAULT_MAX_QUEUED_BYTES = 256 * 1024 * 1024
 #: The topic prefix Zeek publishes logs on over Broker (``Broker::default_log_topic_prefix``).
 LOG_TOPIC_PREFIX = "zeek/logs/"
 
-#: Bytes of batches translated per take, about: a consumer's call stays short, and what it
-#: appends to a spool at once stays the size of a few Broker Batches.
-TAKE_BYTES = 4 * 1024 * 1024
+#: Bytes of batches handed out per take, about: what a consumer appends to a spool at once.
+TAKE_BYTES = 16 * 1024 * 1024
 #: Messages received per turn before the thread looks at its other sockets (and lets
 #: the consumer have the interpreter).
 _TURN = 64
@@ -128,7 +131,6 @@ class ZeroMQLogReceiver:
             curve = None
         self.max_queued_bytes = max_queued_bytes
         self.received = 0  # batches taken off the socket
-        self.records = 0  # log records in the batches translated
         self.rejected = 0  # messages dropped as malformed
         self.refused = 0  # clients turned away by CURVE
         self._complain = _Complaints()
@@ -137,7 +139,6 @@ class ZeroMQLogReceiver:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._closed = False
-        self._translator = BatchTranslator()
         self._senders: dict[bytes, str] = {}
         self._context = zmq.Context(io_threads=1)
         try:
@@ -283,8 +284,9 @@ class ZeroMQLogReceiver:
     # --- the consumer's side --------------------------------------------------------------
 
     def take(self, n: int, timeout: float | None) -> list[tuple[str, bytes, str]]:
-        """Up to ``n`` log messages as soon as there are some; ``[]`` after ``timeout``
-        seconds. Raises :class:`~broker_spark.errors.ShutdownError` once closed and drained."""
+        """Up to ``n`` log batches as soon as there are some, as ``(topic, batch, sender)``;
+        ``[]`` after ``timeout`` seconds. Raises
+        :class:`~broker_spark.errors.ShutdownError` once closed and drained."""
         out: list[tuple[str, bytes, str]] = []
         for batch_sender, frame in self._wait(n, timeout):
             batch = frame.bytes
@@ -295,15 +297,14 @@ class ZeroMQLogReceiver:
                     self._senders.clear()
                 self._senders[batch_sender] = sender
             try:
-                header, messages = self._translator.translate(batch, sender)
+                header = read_header(batch)  # its columns, parsed once per log (cached)
             except DecodeError as exc:
                 self.rejected += 1
                 self._complain(
                     f"ZeroMQ logs on {self.endpoint}: dropped a batch from {sender}: {exc}"
                 )
                 continue
-            topic = LOG_TOPIC_PREFIX + header.stream
-            out.extend((topic, message, sender) for message in messages)
+            out.append((LOG_TOPIC_PREFIX + header.stream, batch, sender))
         return out
 
     def take_stamped(
@@ -328,7 +329,7 @@ class ZeroMQLogReceiver:
                     return []
                 self._cond.wait(remaining)
             queue = self._queue
-            most = max(1, n // 2)
+            most = max(1, n)
             taken = []
             size = 0
             while queue and len(taken) < most and size < TAKE_BYTES:
