@@ -1,5 +1,4 @@
-"""Zeek's log batches on its ZeroMQ cluster backend (``zeek-bin-serializer``), and their
-translation into the Broker messages a Zeek logging over Broker sends.
+"""Zeek's log batches on its ZeroMQ cluster backend (``zeek-bin-serializer``).
 
 A Zeek node on the ZeroMQ backend PUSHes each flush of a log writer as one
 batch (ZEEK-ZEROMQ.md section 2b; zeek/zeek ``src/cluster/serializer/binary-serialization-format/``):
@@ -12,22 +11,23 @@ is no LogCreate), then the records' values back to back. Big-endian; a text is a
     u32 nr | nr x nf x value (the values of :mod:`~broker_spark.zeek.record`)
 
 A record's values are exactly a LogWrite's ``serial_data`` without its leading
-field count, so the rest of the library needs nothing new:
-:meth:`BatchTranslator.translate` turns a batch into a LogCreate (when the
-sender's columns for that log are new or changed) and one Broker ``Batch`` of
-LogWrites, byte for byte what a Zeek logging over Broker would send, and the
-spool, the log scanner, the schema history, the Spark converter and the JSON
-lines take them as they take Zeek's own (a batch of more than 400 records, the
-most a Zeek puts in one Broker ``Batch``, becomes several). Why translate rather than teach the
-converter a second record kind: the translation is a copy of each record behind
-a fixed head (measured in ``bench/zeek_logs.py``), against changes to every
-consumer of records (the scanner, the column decoder's record framing, the
-fallbacks, the schema history).
+field count. The log scanner (:mod:`~broker_spark.zeek.log_scan`) reads batches
+as they arrived, beside Broker's log messages: :func:`record_spans` says where
+each record lies, and the column decoder reads records without their count
+(``Block.fields``). So a batch is spooled as received and costs its receiver
+nothing per record. The other way was tried first and measured
+(``bench/zeromq_logs.py``, and in the helper's report): translating each batch on
+arrival into the LogCreate and Broker ``Batch`` of LogWrites a Zeek would send
+over Broker (:class:`BatchTranslator`, still here, byte for byte Zeek's Broker
+messages) cost the receiving process 2 to 6 microseconds a record, the process
+whose falling behind makes Zeek drop batches; with the translation the receiver
+spooled half the rate of the Broker path in the same run, without it, all of
+the 340,000 records a second offered.
 
 Finding where each record ends needs its values' sizes: :func:`record_ends` reads
-only the headers and lengths, never building a value. Bad bytes raise
-:class:`~broker_spark.errors.DecodeError` naming what and where; no count is
-trusted beyond what the remaining bytes can hold.
+only the headers and lengths, never building a value (from 16 records on, all
+records at once with numpy). Bad bytes raise :class:`~broker_spark.errors.DecodeError`
+naming what and where; no count is trusted beyond what the remaining bytes can hold.
 """
 
 from __future__ import annotations
@@ -412,9 +412,11 @@ class _Log:
 class BatchTranslator:
     """Turns ZeroMQ log batches into Broker messages: LogCreates and Batches of LogWrites.
 
-    One per receiver: it remembers which columns it announced per sender and
-    log, so a LogCreate precedes a log's first batch from each sender and any
-    batch whose columns changed, as a Zeek peering over Broker would send.
+    It remembers which columns it announced per sender and log, so a LogCreate
+    precedes a log's first batch from each sender and any batch whose columns
+    changed, as a Zeek peering over Broker would send. For passing a ZeroMQ
+    cluster's logs on to Broker peers, and for comparing both paths (the tests and
+    benchmarks); the receiving side does not translate (see the module).
     """
 
     def __init__(self) -> None:
