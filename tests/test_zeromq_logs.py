@@ -381,3 +381,19 @@ def test_spark_options_name_what_is_wrong() -> None:
     with pytest.raises(BrokerOptionError, match="40 characters") as failure:
         parse_reader_options({**logs, "zeromq.curveServerSecretKey": "not-a-key"})
     assert "not-a-key" not in str(failure.value)
+    keys = _keys()  # the options named after Zeek's make the logger a CURVE server
+    curve = {
+        "zeromq.curveServerSecretKey": keys.server_secretkey,
+        "zeromq.curveClientPublicKey": keys.client_publickey,
+    }
+    receiver = open_log_receiver(parse_reader_options({**logs, **curve}).connection)
+    try:
+        assert receiver.curve
+    finally:
+        receiver.close()
+    with pytest.raises(BrokerOptionError, match="needs server_secretkey and client_publickey"):
+        open_log_receiver(
+            parse_reader_options({**logs, **dict(list(curve.items())[:1])}).connection
+        )
+    with pytest.raises(BrokerOptionError, match="applies with zeromq.logs or zeromq.proxy"):
+        parse_reader_options({"topics": "t", "peer": "h:1", **curve})
