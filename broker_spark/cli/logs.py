@@ -10,11 +10,13 @@ be told apart (``jq 'select(._path == "dns")'``).
 It peers with a Zeek that listens (``--peer``, as Zeek's ``Broker::listen``)
 or listens for one that dials (``--listen``, as Zeek's ``Broker::peer``), and
 subscribes to ``zeek/logs/`` (``--topic`` for others, such as a cluster
-logger's node topic). With ``--zeromq-bind`` it is instead a logger of a Zeek
-cluster on the ZeroMQ backend (Zeek 8.1 and later): a PULL socket Zeek's nodes
-PUSH their log batches to (:mod:`broker_spark.zeromq.log_receiver`). A Zeek sends each log's columns right after peering,
+logger's node topic). A Zeek sends each log's columns right after peering,
 so records arrive named; a record whose columns were not seen is named by
 Zeek's standard log of its path, or by position (``_1``...).
+
+With ``--zeromq-bind`` it is instead a logger of a Zeek cluster on the ZeroMQ
+backend (Zeek 8.1 and later): a PULL socket Zeek's nodes PUSH their log batches
+to (:mod:`broker_spark.zeromq.log_receiver`); every batch carries its columns.
 """
 
 from __future__ import annotations

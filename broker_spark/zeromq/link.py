@@ -363,6 +363,15 @@ class ZeroMQLink(Link):
                     self.on_handshake(name, True, "")
             elif kind == zmq.EVENT_DISCONNECTED:
                 log.info("the ZeroMQ proxy's %s at %s disconnected; ZeroMQ redials", name, endpoint)
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # a connection lost during the handshake: ZeroMQ redials (not fatal to Zeek
+                # either, scripts/policy/frameworks/cluster/backend/zeromq/main.zeek)
+                log.warning(
+                    "the %s handshake with the ZeroMQ proxy at %s failed (error %s); retrying",
+                    name,
+                    endpoint,
+                    event.get("value"),
+                )
             else:
                 why = _handshake_failure(kind, event.get("value"))
                 text = f"the {name} handshake with the ZeroMQ proxy at {endpoint} failed: {why}"
