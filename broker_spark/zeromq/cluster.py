@@ -133,6 +133,7 @@ def join(
     def add() -> None:
         link.subscribe_marker(marker, subscribe=False)
         link.prefixes = tuple(sorted(link.subscriptions))
+        link.joined = True
         core.add_link(link)
 
     try:

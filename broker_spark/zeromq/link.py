@@ -125,6 +125,8 @@ class ZeroMQLink(Link):
         self.received = 0
         self.rejected = 0
         self.terminated = threading.Event()
+        self.joined = False  # set once the joiner added the link to the core
+        self._warned = 0.0
         self._loop = asyncio.get_running_loop()
         self._reading_xsub = False
         self._context = zmq.Context(io_threads=1)
@@ -363,15 +365,20 @@ class ZeroMQLink(Link):
                     self.on_handshake(name, True, "")
             elif kind == zmq.EVENT_DISCONNECTED:
                 log.info("the ZeroMQ proxy's %s at %s disconnected; ZeroMQ redials", name, endpoint)
-            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                # a connection lost during the handshake: ZeroMQ redials (not fatal to Zeek
-                # either, scripts/policy/frameworks/cluster/backend/zeromq/main.zeek)
-                log.warning(
-                    "the %s handshake with the ZeroMQ proxy at %s failed (error %s); retrying",
-                    name,
-                    endpoint,
-                    event.get("value"),
-                )
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self.joined:
+                # a connection lost during a handshake once joined: ZeroMQ redials (not
+                # fatal to Zeek either, scripts/policy/frameworks/cluster/backend/zeromq/
+                # main.zeek); said every 10 s at most, as ZeroMQ retries every 0.1 s
+                now = time.monotonic()
+                if now - self._warned >= 10.0:
+                    self._warned = now
+                    log.warning(
+                        "the %s handshake with the ZeroMQ proxy at %s failed (error %s); "
+                        "ZeroMQ retries",
+                        name,
+                        endpoint,
+                        event.get("value"),
+                    )
             else:
                 why = _handshake_failure(kind, event.get("value"))
                 text = f"the {name} handshake with the ZeroMQ proxy at {endpoint} failed: {why}"
@@ -386,7 +393,10 @@ def _handshake_failure(kind: int, value: Any) -> str:
         return f"the proxy refused our CURVE client key (ZAP status {value})"
     if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
         return "a ZeroMQ protocol error: a wrong CURVE server public key, or CURVE on one side only"
-    return f"error {value}"
+    return (
+        f"the proxy closed the connection during the handshake (error {value}): with CURVE, "
+        "a wrong server public key, or the proxy does not use CURVE"
+    )
 
 
 def zeromq_node_id(endpoint_id: str) -> str:
