@@ -200,18 +200,25 @@ def _publisher(conn: Any, seconds: float, rate: float) -> None:
         publish_encoded(ep, [(LOG_TOPIC, encode(LogCreate.of(schema)))])
         conn.send("subscribed")
         sent = 0
-        began = time.monotonic()
-        stop = began + seconds
-        i = 0
-        while time.monotonic() < stop:
-            ahead = began + sent / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-            publish_encoded(ep, [(LOG_TOPIC, pool[(i + k) % len(pool)]) for k in range(8)])
-            i += 8
+        for i in _paced(seconds, rate, 8 * BATCH):
+            publish_encoded(ep, [(LOG_TOPIC, pool[(8 * i + k) % len(pool)]) for k in range(8)])
             sent += 8 * BATCH
         conn.send(sent)
         conn.recv()
+
+
+def _paced(seconds: float, rate: float, step: int) -> Any:
+    """Yield 0, 1, 2... for ``seconds``, each time ``step`` more records may go out at
+    ``rate`` records a second (sleeping when ahead)."""
+    began = time.monotonic()
+    stop = began + seconds
+    i = 0
+    while time.monotonic() < stop:
+        ahead = began + i * step / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+        yield i
+        i += 1
 
 
 def _zeromq_batches(count: int) -> tuple[list[bytes], Any]:
@@ -251,19 +258,12 @@ def _zeromq_publisher(conn: Any, seconds: float, rate: float, endpoint: str) -> 
         pass
     conn.send("subscribed")
     sent = dropped = 0
-    began = time.monotonic()
-    stop = began + seconds
-    i = 0
-    while time.monotonic() < stop:
-        ahead = began + sent / rate - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
+    for i in _paced(seconds, rate, ZEEK_BATCH):
         frames = [b"log-write", b"zeromq_bench_worker", b"zeek-bin-serializer", pool[i % len(pool)]]
         try:
             push.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:
             dropped += ZEEK_BATCH
-        i += 1
         sent += ZEEK_BATCH
     conn.send(sent - dropped)
     conn.send(dropped)
