@@ -152,6 +152,44 @@ def test_a_large_batch_is_split_with_numpy_as_record_by_record(monkeypatch) -> N
     assert [r[1] for r in back] == [r[1] for r in rows]
 
 
+def test_runs_of_batches_are_read_at_once_look_alikes_and_bad_batches_included() -> None:
+    """Consecutive batches of one log are scanned as one run (their records found in one
+    pass); a batch holding a value that looks like a record's start is chained, and a
+    malformed batch among them costs only itself."""
+    from broker_spark.zeek import log_scan
+
+    schema, records = _conn_schema()
+    fields = (LogField.of("ts", "time"), LogField.of("s", "string"))
+    tricky = LogSchema("T::LOG", "t", fields)
+    fake = (struct.pack(">iiB", 5, 0, 1) + struct.pack(">d", 1.0)).decode("latin-1")
+    plain = [encode_batch(schema, (records * 3)[i : i + 40]) for i in range(0, 120, 40)]
+    odd = [encode_batch(tricky, [[float(i), fake if i % 3 else "x"] for i in range(30)])] * 3
+    broken = plain[1][: len(plain[1]) - 50] + b"\x00" * 50  # same header, records cut
+    batches = [*plain, broken, *plain, *odd]
+    expected = [line for b in batches if b is not broken for line in _translated_lines(b)]
+    decoder = LogLines()
+    scanner = decoder.scanner
+    runs = []
+    original = scanner._batch_run
+
+    def spy(*args, **kwargs):
+        taken = original(*args, **kwargs)
+        runs.append(taken)
+        return taken
+
+    scanner._batch_run = spy
+    got = [line for _path, line in decoder.lines([(b, "zeek-1") for b in batches])]
+    assert got == expected
+    assert decoder.undecodable == 1 and max(runs) >= 3
+    assert log_scan.RUN_BATCHES >= 2
+
+
+def _translated_lines(batch: bytes) -> list[str]:
+    """The lines of a batch as the reference path gives them (through Broker messages)."""
+    _header, messages = BatchTranslator().translate(batch, "zeek-1")
+    return [line for _path, line in LogLines().lines([(m, "zeek-1") for m in messages])]
+
+
 @given(
     st.lists(
         st.tuples(

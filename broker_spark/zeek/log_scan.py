@@ -30,7 +30,7 @@ import numpy as np
 from broker_spark.data.binary_decode import decode_from
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
-from broker_spark.zeek.log_batch import record_spans
+from broker_spark.zeek.log_batch import read_header, record_spans, run_spans
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema, SchemaRegistry
 
@@ -50,6 +50,9 @@ LOG_WRITE_HEAD = _head(3) + b"\x04\x0b"
 
 #: How deep Batches may nest (Broker allows nesting; Zeek never does it).
 MAX_DEPTH = 4
+
+#: ZeroMQ log batches read as one run at most (up to 1000 records each).
+RUN_BATCHES = 64
 
 #: Messages read as one run at most: their bytes (Batches of 400 records are 150 KB or
 #: so) should stay in the processor's caches while numpy passes over them several times.
@@ -166,7 +169,9 @@ class LogScanner:
         i = 0
         n = len(starts)
         while i < n:
-            taken = self._uniform_run(buf, starts, ends, senders, i)
+            taken = self._uniform_run(buf, starts, ends, senders, i) or self._batch_run(
+                buf, starts, ends, senders, i, fail
+            )
             if taken:
                 i += taken
                 continue
@@ -490,16 +495,75 @@ class LogScanner:
         self.records += 1
         return after
 
-    def _log_batch(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
-        """A ZeroMQ log batch (:mod:`~broker_spark.zeek.log_batch`): its own columns, learned
-        as a LogCreate's would be, and its records, values only, found all at once."""
-        header, starts, ends = record_spans(buf[start:end])
-        schema = header.schema
+    def _batch_run(
+        self,
+        buf: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        senders: Sequence[str],
+        first: int,
+        fail: Callable[[int], None] | None = None,
+    ) -> int:
+        """How many ZeroMQ log batches from ``first`` on were read as one run (0: none): the
+        batches of one log and columns from one sender, their records found all at once
+        (:func:`~broker_spark.zeek.log_batch.run_spans`)."""
+        pos, end = starts[first], ends[first]
+        if end - pos <= 16 or buf[pos] != 0:
+            return 0
+        try:
+            header = read_header(memoryview(buf)[pos:end])
+        except DecodeError:
+            return 0
+        head = buf[pos : pos + header.size]
+        sender = senders[first]
+        last = first + 1
+        while (
+            last < len(starts)
+            and last - first < RUN_BATCHES
+            and senders[last] == sender
+            and buf.startswith(head, starts[last])
+        ):
+            last += 1
+        if last - first < 2:
+            return 0  # one batch: the one-batch path costs less
+        found = run_spans(buf, starts[first:last], ends[first:last], header)
+        if found is None:  # a malformed batch among them: one by one, each on its own
+            for k in range(first, last):
+                before = self.undecodable
+                self.scan(buf, starts[k], ends[k], senders[k], k)
+                if fail is not None and self.undecodable != before:
+                    fail(k)
+            return last - first
+        begins, stops, counts = found
+        self._learn_batch(sender, header.schema)
+        total = int(counts.sum())
+        group = self._group(sender, header.stream, header.path, len(header.schema.fields))
+        if group is None:
+            self.skipped += total
+        else:
+            group.starts.extend(begins.tolist())
+            group.ends.extend(stops.tolist())
+            records = self.records
+            for k, count in enumerate(counts.tolist()):
+                if count:
+                    group.runs.append((first + k, records, count))
+                    records += count
+        self.records += total
+        return last - first
+
+    def _learn_batch(self, sender: str, schema: LogSchema) -> None:
         if self.registry.learn(sender, schema):
             self._heads.clear()
             self._last = None
             if self.on_schema is not None:
                 self.on_schema(sender, schema, True)
+
+    def _log_batch(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
+        """A ZeroMQ log batch (:mod:`~broker_spark.zeek.log_batch`): its own columns, learned
+        as a LogCreate's would be, and its records, values only, found all at once."""
+        header, starts, ends = record_spans(buf[start:end])
+        schema = header.schema
+        self._learn_batch(sender, schema)
         count = len(starts)
         group = self._group(sender, header.stream, header.path, len(schema.fields))
         if group is None:
