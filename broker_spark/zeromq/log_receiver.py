@@ -110,7 +110,7 @@ class _Complaints:
 
 
 class ZeroMQLogReceiver:
-    """A bound PULL socket drained by a thread; Zeek's log batches out as Broker log messages.
+    """A bound PULL socket drained by a thread; Zeek's log batches out as they arrived.
 
     ``bind`` is a ZeroMQ endpoint (``tcp://0.0.0.0:5557``; port 0 or ``*`` picks a free
     one: see :attr:`endpoint`). ``curve`` makes it a CURVE server (its
