@@ -28,6 +28,12 @@ What is measured, in one run:
   (the first run after start-up is 5 to 10 percent slower, whatever its trigger:
   Spark's code still being compiled).
 
+- **stream_zeromq**: the same query and records, received as the logger of a Zeek
+  cluster on the ZeroMQ backend (``zeromq.logs``): a sender process PUSHes batches of
+  1000 records in Zeek's ``zeek-bin-serializer`` at the same offered rate, with Zeek's
+  defaults (``log_sndhwm`` 1000, non-blocking sends: what the socket refuses is what a
+  Zeek drops, counted as ``dropped_at_sender``), right after the Broker run.
+
 ``--quick`` shortens everything (a smoke test); ``--json`` prints JSON.
 """
 
@@ -194,18 +200,78 @@ def _publisher(conn: Any, seconds: float, rate: float) -> None:
         publish_encoded(ep, [(LOG_TOPIC, encode(LogCreate.of(schema)))])
         conn.send("subscribed")
         sent = 0
-        began = time.monotonic()
-        stop = began + seconds
-        i = 0
-        while time.monotonic() < stop:
-            ahead = began + sent / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-            publish_encoded(ep, [(LOG_TOPIC, pool[(i + k) % len(pool)]) for k in range(8)])
-            i += 8
+        for i in _paced(seconds, rate, 8 * BATCH):
+            publish_encoded(ep, [(LOG_TOPIC, pool[(8 * i + k) % len(pool)]) for k in range(8)])
             sent += 8 * BATCH
         conn.send(sent)
         conn.recv()
+
+
+def _paced(seconds: float, rate: float, step: int) -> Any:
+    """Yield 0, 1, 2... for ``seconds``, each time ``step`` more records may go out at
+    ``rate`` records a second (sleeping when ahead)."""
+    began = time.monotonic()
+    stop = began + seconds
+    i = 0
+    while time.monotonic() < stop:
+        ahead = began + i * step / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+        yield i
+        i += 1
+
+
+def _zeromq_batches(count: int) -> tuple[list[bytes], Any]:
+    """The demo's synthetic conn records as Zeek's ZeroMQ log batches of 1000 records
+    (``Log::write_buffer_size``), with their schema."""
+    from broker_spark.demo.events import ConnectionLogs
+    from broker_spark.zeek.log_batch import encode_batch
+
+    source = ConnectionLogs(seed=11)
+    records = [source.record() for _ in range(count)]
+    schema = source.schema
+    return [
+        encode_batch(schema, records[lo : lo + ZEEK_BATCH])
+        for lo in range(0, len(records), ZEEK_BATCH)
+    ], schema
+
+
+ZEEK_BATCH = 1000
+
+
+def _zeromq_publisher(conn: Any, seconds: float, rate: float, endpoint: str) -> None:
+    """A Zeek node on the ZeroMQ backend: a PUSH socket with Zeek's defaults (``log_sndhwm``
+    1000, non-blocking sends) connected to the query's logger PULL, sending batches of 1000
+    conn records, ``rate`` records a second; a refused send is what Zeek drops (counted)."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    pool, _schema = _zeromq_batches(BATCH * 59)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.sndhwm = 1000
+    push.linger = 0
+    monitor = push.get_monitor_socket(zmq.EVENT_CONNECTED)
+    push.connect(endpoint)
+    conn.send(endpoint)
+    while recv_monitor_message(monitor)["event"] != zmq.EVENT_CONNECTED:
+        pass
+    conn.send("subscribed")
+    sent = dropped = 0
+    for i in _paced(seconds, rate, ZEEK_BATCH):
+        frames = [b"log-write", b"zeromq_bench_worker", b"zeek-bin-serializer", pool[i % len(pool)]]
+        try:
+            push.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            dropped += ZEEK_BATCH
+        sent += ZEEK_BATCH
+    conn.send(sent - dropped)
+    conn.send(dropped)
+    conn.recv()
+    push.disable_monitor()
+    monitor.close(0)
+    push.close(0)
+    ctx.term()
 
 
 #: Records a second the publisher offers: above the target (300,000), so a query that
@@ -219,33 +285,45 @@ def bench_stream(
     seconds: float,
     rate: float = OFFERED_RATE,
     trigger: str | None = None,
+    zeromq: bool = False,
     **options: str,
 ) -> dict[str, Any]:
+    import socket
+
     from spark_stream import CpuSampler, _per_row, _receive, _sustained
 
     ctx = mp.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(
-        target=_publisher, args=(theirs, seconds, rate), daemon=True, name="publisher"
-    )
+    if zeromq:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            where = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        target, args = _zeromq_publisher, (theirs, seconds, rate, where)
+    else:
+        target, args = _publisher, (theirs, seconds, rate)
+    proc = ctx.Process(target=target, args=args, daemon=True, name="publisher")
     proc.start()
-    port = _receive(ours, proc, 60.0)
+    found = _receive(ours, proc, 60.0)
+    connect = {"zeromq.logs": found} if zeromq else {"peer": f"127.0.0.1:{found}"}
     sampler = CpuSampler().__enter__()
     query: Any = (
         spark.readStream.format("broker")
         .option("format", "zeek-logs")
         .option("logs", "conn")
-        .option("peer", f"127.0.0.1:{port}")
-        .option("ssl.disable", "true")
+        .options(**connect)
         .option("schemaWait", "0")
         .options(**options)
-        .load()
-        .writeStream.format("noop")
     )
+    if not zeromq:
+        query = query.option("ssl.disable", "true")
+    query = query.load().writeStream.format("noop")
     query = (query.trigger(processingTime=trigger) if trigger else query).start()
+    dropped = 0
     try:
         assert _receive(ours, proc) == "subscribed"
         sent = _receive(ours, proc, seconds + 120.0)
+        if zeromq:
+            dropped = _receive(ours, proc, 10.0)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             done = sum(p["numInputRows"] for p in query.recentProgress)
@@ -263,6 +341,8 @@ def bench_stream(
         sampler.__exit__()
     sustained, rows, elapsed = _sustained(progress)
     return {
+        "path": "ZeroMQ logger (PULL)" if zeromq else "Broker peering",
+        "dropped_at_sender": dropped,
         "offered_rate": rate,
         "trigger": trigger or "Spark's default (next batch as soon as one ends)",
         "options": options,
@@ -293,6 +373,7 @@ def main() -> None:
         try:
             bench_stream(spark, min(seconds, 12.0), 250_000.0)  # warms the JVM: not measured
             results["stream"] = bench_stream(spark, seconds)
+            results["stream_zeromq"] = bench_stream(spark, seconds, zeromq=True)
             results["stream_500ms"] = bench_stream(spark, seconds, trigger="500 milliseconds")
             results["stream_2s"] = bench_stream(spark, seconds, trigger="2 seconds")
         finally:
@@ -314,14 +395,15 @@ def _table(r: dict[str, Any]) -> None:
         )
         print(f"| typed Arrow (LogConverter) | {x['typed_arrow_rows_per_s']:,.0f} | |")
         print(f"| one record at a time | {x['one_record_rows_per_s']:,.0f} | |")
-    for key in ("stream", "stream_500ms", "stream_2s"):
+    for key in ("stream", "stream_zeromq", "stream_500ms", "stream_2s"):
         if key not in r:
             continue
         s = r[key]
         print()
         print(
-            f"{key} (trigger: {s['trigger']}): {s['rows_per_s']:,.0f} rows/s sustained "
-            f"({s['rows']:,} rows in {s['batches']} batches, {s['seconds']:.1f} s); "
+            f"{key} ({s['path']}, trigger: {s['trigger']}): {s['rows_per_s']:,.0f} rows/s "
+            f"sustained ({s['rows']:,} rows in {s['batches']} batches, {s['seconds']:.1f} s; "
+            f"{s['dropped_at_sender']:,} dropped at the sender); "
             f"CPU us/row: {s['cpu_us_per_row']}"
         )
 

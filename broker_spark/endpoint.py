@@ -326,6 +326,40 @@ class Endpoint:
 
         return manager_for(self).unpeer(url)
 
+    # -- Zeek's ZeroMQ cluster backend (broker_spark.zeromq) -----------------------------------
+
+    def zeromq_join(
+        self,
+        xsub_endpoint: str = "tcp://127.0.0.1:5555",
+        xpub_endpoint: str = "tcp://127.0.0.1:5556",
+        *,
+        curve: Any = None,
+        timeout: float = 10.0,
+        **options: Any,
+    ) -> bool:
+        """Join a Zeek cluster on the ZeroMQ backend as a node, beside :meth:`peer`.
+
+        Our XSUB connects to the proxy's XPUB at ``xsub_endpoint`` and our XPUB to its
+        XSUB at ``xpub_endpoint`` (Zeek's ``connect_xsub_endpoint`` and
+        ``connect_xpub_endpoint``, same defaults). Our subscriptions become the
+        cluster's, our publications go to whoever subscribes, as Zeek events. True once
+        the proxy forwards both ways; False (with an Error status) on a failed CURVE
+        handshake or no answer in ``timeout`` s. ``curve``: a
+        :class:`~broker_spark.zeromq.curve.CurveKeys` (None: Zeek's environment
+        variables, if set). See :mod:`broker_spark.zeromq.cluster`.
+        """
+        from broker_spark.zeromq.cluster import join
+        from broker_spark.zeromq.curve import CurveKeys
+
+        keys = CurveKeys.resolve(curve)
+        return join(self, xsub_endpoint, xpub_endpoint, curve=keys, timeout=timeout, **options)
+
+    def zeromq_leave(self, xsub_endpoint: str | None = None) -> bool:
+        """Leave the ZeroMQ cluster(s) :meth:`zeromq_join` joined; False if there was none."""
+        from broker_spark.zeromq.cluster import leave
+
+        return leave(self, xsub_endpoint)
+
     # -- lifetime ------------------------------------------------------------------------------
 
     def shutdown(self) -> None:

@@ -152,13 +152,16 @@ def test_a_reader_with_other_options_is_refused_naming_them(
 def test_identity_names_every_difference_and_hides_passphrases() -> None:
     a = identity_of(parse_reader_options({"topics": "a", "peer": "h:1"}), logs=False)
     other = parse_reader_options({"topics": "a", "peer": "h:2", "format": "zeek-logs"})
-    secret = replace(other.connection.ssl, passphrase="secret")
+    secret = replace(other.connection.ssl, passphrase="hunter2")
     b = identity_of(replace(other, connection=replace(other.connection, ssl=secret)), logs=True)
     problem = identity_problem(a, b)
     assert problem is not None
     assert "peer: receiver 'h:1', this query 'h:2'" in problem
     assert "format: receiver 'messages', this query 'zeek-logs'" in problem
-    assert "secret" not in problem and "another passphrase" in problem
+    assert (
+        "hunter2" not in problem
+        and "ssl.passphrase: receiver (none), this query (other secrets)" in problem
+    )
     assert identity_problem(a, dict(a)) is None
 
 
@@ -302,3 +305,56 @@ def test_status_and_stop_from_the_command_line(hub: broker.Endpoint, spool: str)
     assert offline["owner"] is None and (offline["start"], offline["end"]) == (0, 30)
     assert offline["oldest_age_s"] is not None and offline["bytes"] > 0
     assert run_command("receiver", "stop", spool).stdout.strip() == "no receiver running"
+
+
+def test_the_receiver_of_a_zeromq_logger_keeps_its_batches(tmp_path: Path) -> None:
+    """Zeek's logger role on the ZeroMQ backend (a bound PULL) in the receiver process."""
+    import zmq
+    from spark_fixtures import free_port
+    from zeek_recordings import ZMQ_LOGS, zmq_messages
+
+    from broker_spark.spark.source import arrow_schema_of
+    from broker_spark.spark.zeek_reader import ZeekLogStreamReader
+    from broker_spark.spark.zeek_schema import generic_log_schema
+
+    spool = str(tmp_path / "spool")
+    where = f"tcp://127.0.0.1:{free_port()}"
+    opts = parse_reader_options(
+        {
+            "format": "zeek-logs",
+            "zeromq.logs": where,
+            "spoolPath": spool,
+            "startingOffsets": "earliest",
+        }
+    )
+    schema = generic_log_schema()
+    reader = ZeekLogStreamReader(opts, arrow_schema_of(schema), schema)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    try:
+        reader.initialOffset()
+        reader.stop()  # no query runs: the receiver's PULL is still bound
+        push.linger = 0
+        push.connect(where)
+        batches = zmq_messages(ZMQ_LOGS)
+        for frames in batches:
+            push.send_multipart(frames)
+        _wait_held(spool, len(batches))
+        again = ZeekLogStreamReader(opts, arrow_schema_of(schema), schema)
+        try:
+            end = again.latestOffset({"offset": 0}, ReadAllAvailable())
+            import pickle
+
+            remote = pickle.loads(pickle.dumps(again))
+            rows = sum(
+                b.num_rows
+                for part in again.partitions({"offset": 0}, end)
+                for b in remote.read(pickle.loads(pickle.dumps(part)))
+            )
+            assert end == {"offset": len(batches)} and rows > len(batches)
+        finally:
+            again.stop()
+    finally:
+        push.close(0)
+        ctx.term()
+        stop_receiver(spool)

@@ -82,3 +82,20 @@ def recording(name: str) -> Recording:
                 writes[content[2]].append(serial.encode() if isinstance(serial, str) else serial)
     rec.writes = dict(writes)
     return rec
+
+
+ZMQ_LOGS = "zeek-zmq-logs-http-methods"
+
+
+@cache
+def zmq_messages(name: str, file: str = "frames.jsonl") -> list[list[bytes]]:
+    """The multipart messages of a ZeroMQ recording (``frames.jsonl`` and the like), in order."""
+    import json
+
+    lines = (VECTORS / name / file).read_text().splitlines()
+    return [[bytes.fromhex(f) for f in json.loads(line)["frames"]] for line in lines]
+
+
+def zmq_local_lines(name: str, path: str) -> list[str]:
+    """Zeek's own JSON log lines of a ZeroMQ recording (every one went over the wire)."""
+    return (VECTORS / name / "sender" / f"{path}.log").read_text().splitlines()

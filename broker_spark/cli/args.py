@@ -101,6 +101,13 @@ def add_connect_arguments(parser: argparse.ArgumentParser, websocket: bool = Fal
             metavar="URL",
             help="go through a WebSocket API instead (ws://host:port or wss://host:port)",
         )
+        group.add_argument(
+            "--zeromq-proxy",
+            metavar="HOST|XPUB,XSUB",
+            help="join a Zeek cluster on the ZeroMQ backend instead, through its proxy: its "
+            "host (ports 5555 and 5556) or tcp:// endpoints of its XPUB and XSUB; CURVE keys "
+            "from Zeek's ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* environment variables",
+        )
     group.add_argument(
         "--wait",
         type=positive_float,

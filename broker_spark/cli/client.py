@@ -33,6 +33,17 @@ log = logging.getLogger("broker_spark.cli")
 FINISH_TIMEOUT = 30.0
 
 
+def _zeromq_proxy(text: str | None) -> tuple[str, str] | None:
+    if text is None:
+        return None
+    from broker_spark.spark.options import BrokerOptionError, parse_zeromq_proxy
+
+    try:
+        return parse_zeromq_proxy(text, "--zeromq-proxy")
+    except BrokerOptionError as exc:
+        raise CliError(str(exc).replace("option --zeromq-proxy=", "--zeromq-proxy ")) from None
+
+
 class Client:
     """One endpoint connected to one node; a context manager that always shuts it down."""
 
@@ -42,6 +53,7 @@ class Client:
         self.watch = watch
         self.peer: tuple[str, int] = args.peer
         self.ws: str | None = getattr(args, "ws", None)
+        self.zeromq: tuple[str, str] | None = _zeromq_proxy(getattr(args, "zeromq_proxy", None))
         self.wait: float = args.wait
         self.endpoint: Any = None
         self._statuses: Any = None
@@ -62,6 +74,8 @@ class Client:
         """The node as the user named it: ``host:port`` or the WebSocket URL."""
         if self.ws:
             return self.ws
+        if self.zeromq:
+            return f"the ZeroMQ proxy at {self.zeromq[0]} and {self.zeromq[1]}"
         host, port = self.peer
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -72,7 +86,9 @@ class Client:
         deadline = time.monotonic() + self.wait
         while True:
             try:
-                if self.ws:
+                if self.zeromq:
+                    ok = ep.zeromq_join(*self.zeromq, timeout=max(self.wait, 5.0))
+                elif self.ws:
                     ok = ep.web_socket_peer(self.ws, topics, retry=0)
                 else:
                     ok = ep.peer(self.peer[0], self.peer[1], retry=0)
@@ -122,7 +138,14 @@ class Client:
                     f"{self.target} does not read them"
                 )
             time.sleep(0.005)
-        if self.ws:
+        if self.zeromq:  # ZeroMQ acknowledges nothing: wait until it wrote everything out
+            from broker_spark.zeromq.cluster import links_of
+
+            links = list(links_of(ep).values())
+            ep.zeromq_leave()
+            for link in links:
+                link.terminated.wait(max(0.0, deadline - time.monotonic()))
+        elif self.ws:
             # The server answers the bridge's last probe once it processed everything.
             confirmed = ep.web_socket_flush(self.ws, max(0.0, deadline - time.monotonic()))
             ep.web_socket_unpeer(self.ws)

@@ -17,7 +17,8 @@ scripts and its ASCII writer (``Ascii::DoRotate``):
   files stay as ``PATH.log``.
 
 :class:`LogDirectory` holds that logic, driven by an explicit clock so the
-tests can move time; :class:`LogSink` feeds it from an endpoint.
+tests can move time; :class:`LogSink` feeds it from an endpoint, or from the
+PULL socket Zeek's nodes PUSH their logs to on the ZeroMQ backend.
 """
 
 from __future__ import annotations
@@ -132,14 +133,20 @@ def _safe(path: str) -> str:
 class LogSink:
     """Feeds an endpoint's log messages into a :class:`LogDirectory`, from a thread."""
 
-    def __init__(self, endpoint: Any, directory: LogDirectory, topics: Iterable[str]) -> None:
+    def __init__(
+        self, endpoint: Any, directory: LogDirectory, topics: Iterable[str], source: Any = None
+    ) -> None:
         from broker_spark.spark.endpoint_access import RawSubscription
         from broker_spark.zeek.log_lines import LogLines
 
         self.directory = directory
         self.lines = LogLines()
         self.written = 0
-        self._subscription = RawSubscription(endpoint, tuple(topics), 8192)
+        # the endpoint's log topics, or another source of log messages (the ZeroMQ logger's
+        # PULL socket: anything with take(n, timeout) and close())
+        self._subscription = (
+            source if source is not None else RawSubscription(endpoint, tuple(topics), 8192)
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-spark-log-dir", daemon=True)
         self._thread.start()

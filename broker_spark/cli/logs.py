@@ -13,6 +13,10 @@ subscribes to ``zeek/logs/`` (``--topic`` for others, such as a cluster
 logger's node topic). A Zeek sends each log's columns right after peering,
 so records arrive named; a record whose columns were not seen is named by
 Zeek's standard log of its path, or by position (``_1``...).
+
+With ``--zeromq-bind`` it is instead a logger of a Zeek cluster on the ZeroMQ
+backend (Zeek 8.1 and later): a PULL socket Zeek's nodes PUSH their log batches
+to (:mod:`broker_spark.zeromq.log_receiver`); every batch carries its columns.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ def register(sub: Any) -> None:
         epilog="examples:\n"
         "  broker-spark logs conn --peer zeek-host:9999\n"
         "  broker-spark logs --listen 0.0.0.0:9999 | jq 'select(._path == \"dns\") | .query'\n"
-        "  broker-spark logs conn dns --peer zeek-host:9999 --timestamps iso8601",
+        "  broker-spark logs conn dns --peer zeek-host:9999 --timestamps iso8601\n"
+        "  broker-spark logs --zeromq-bind tcp://0.0.0.0:5557   (Zeek 8.1+, ZeroMQ backend)",
     )
     p.add_argument("paths", metavar="PATH", nargs="*", help="the logs to print (default: all)")
     p.add_argument(
@@ -66,6 +71,13 @@ def register(sub: Any) -> None:
         type=host_port,
         metavar="HOST:PORT",
         help="accept Zeek's peering here instead of peering with --peer",
+    )
+    p.add_argument(
+        "--zeromq-bind",
+        metavar="ENDPOINT",
+        help="be a Zeek cluster's logger on the ZeroMQ backend instead: bind a PULL socket "
+        "here (tcp://HOST:PORT) for Zeek's nodes to PUSH their logs to; CURVE keys from Zeek's "
+        "ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* environment variables",
     )
     p.add_argument(
         "--topic",
@@ -100,20 +112,43 @@ def run(args: argparse.Namespace) -> int:
     topics = tuple(dict.fromkeys(as_topic_str(t) for t in (args.topic or ["zeek/logs/"])))
     paths = tuple(dict.fromkeys(args.paths))
     decoder = LogLines(paths or None, args.timestamps, args.include_unset)
-    endpoint = Endpoint(client_configuration(args))
-    try:
-        subscription = RawSubscription(endpoint, topics, 8192)
-        _connect(endpoint, args)
-        with stop_on_signals() as stop:
-            printed = _print(args, subscription, decoder, len(paths) == 1, stop)
-        subscription.close()
-    finally:
-        endpoint.shutdown()
+    if args.zeromq_bind is not None:
+        receiver = zeromq_log_receiver(args.zeromq_bind)
+        try:
+            with stop_on_signals() as stop:
+                printed = _print(args, receiver, decoder, len(paths) == 1, stop)
+        finally:
+            receiver.close()
+    else:
+        endpoint = Endpoint(client_configuration(args))
+        try:
+            subscription = RawSubscription(endpoint, topics, 8192)
+            _connect(endpoint, args)
+            with stop_on_signals() as stop:
+                printed = _print(args, subscription, decoder, len(paths) == 1, stop)
+            subscription.close()
+        finally:
+            endpoint.shutdown()
     if decoder.undecodable:
         log.warning("%d records did not decode and were left out", decoder.undecodable)
     if args.count and printed < args.count and not stop.is_set():
         raise CliError(f"timed out after {args.timeout:g} s with {printed} of {args.count} records")
     return 0
+
+
+def zeromq_log_receiver(bind: str) -> Any:
+    """The ZeroMQ logger role for the command line (CURVE from Zeek's environment variables)."""
+    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
+    from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
+
+    try:
+        receiver = ZeroMQLogReceiver(bind, curve=CurveKeys.resolve(None))
+    except (CurveConfigError, ZeroMQBindError) as exc:
+        raise CliError(str(exc)) from None
+    log.info(
+        "waiting for Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
+    )
+    return receiver
 
 
 def _connect(endpoint: Any, args: argparse.Namespace) -> None:

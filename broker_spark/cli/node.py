@@ -96,6 +96,12 @@ def register(sub: Any) -> None:
         help="write the Zeek logs that arrive into DIR, one JSON file per log, as Zeek's logger",
     )
     p.add_argument(
+        "--zeromq-logs",
+        metavar="ENDPOINT",
+        help="with --log-dir: take the logs as the logger of a Zeek cluster on the ZeroMQ "
+        "backend, on a PULL socket bound here (tcp://HOST:PORT), instead of from peers",
+    )
+    p.add_argument(
         "--log-rotate",
         type=positive_float,
         metavar="SECONDS",
@@ -168,6 +174,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("relay", "relay"),
         ("spool_retention", "spool_retention_bytes"),
         ("spool_max_age", "spool_retention_seconds"),
+        ("zeromq_logs", "zeromq_logs"),
         ("cert", "certificate"),
         ("key", "key"),
         ("ca", "cafile"),
@@ -192,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     from broker_spark.cli.signals import stop_on_signals
 
     settings = settings_from(args)
+    if settings.zeromq_logs and not settings.log_dir:
+        raise CliError("--zeromq-logs needs --log-dir: the directory the logs are written into")
     if args.log_level is None and settings.log_level:
         logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
     with stop_on_signals() as stop:
@@ -227,10 +236,16 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
             from broker_spark.cli.log_dir import LogDirectory, LogSink
 
             directory = LogDirectory(settings.log_dir, settings.log_rotate)
-            sink = LogSink(endpoint, directory, settings.log_topics)
+            source = None
+            if settings.zeromq_logs:
+                from broker_spark.cli.logs import zeromq_log_receiver
+
+                source = zeromq_log_receiver(settings.zeromq_logs)
+                _say(f"zeromq logs on {source.endpoint}")
+            sink = LogSink(endpoint, directory, settings.log_topics, source)
             log.info(
                 "writing Zeek logs from %s into %s (%s)",
-                " ".join(settings.log_topics),
+                source.endpoint if source is not None else " ".join(settings.log_topics),
                 settings.log_dir,
                 f"rotated every {settings.log_rotate:g} s"
                 if settings.log_rotate

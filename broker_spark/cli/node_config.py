@@ -119,6 +119,7 @@ class NodeSettings:
     relay: HostPort | None = DEFAULT_RELAY  # where the spool is served (with spool_dir)
     spool_retention_bytes: int | None = 1 << 30
     spool_retention_seconds: float | None = 7 * 24 * 3600.0
+    zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -250,7 +251,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
         if level not in LOG_LEVELS:
             raise r.fail(f"[log] level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
         s.log_level = level
-    logs = r.keys("[logs]", doc.get("logs", {}), ["dir", "rotate", "topics"])
+    logs = r.keys("[logs]", doc.get("logs", {}), ["dir", "rotate", "topics", "zeromq"])
     if "dir" in logs:
         s.log_dir = r.path_value("[logs]", "dir", logs["dir"])
     rotate = r.typed("[logs]", "rotate", logs.get("rotate", s.log_rotate), (int, float))
@@ -260,6 +261,8 @@ def load_node_config(path: str | Path) -> NodeSettings:
     if "topics" in logs:
         s.log_topics = r.strings("[logs]", "topics", logs["topics"])
     _spool_section(r, doc, s)
+    if "zeromq" in logs:
+        s.zeromq_logs = r.typed("[logs]", "zeromq", logs["zeromq"], str)
     try:
         s.configuration()  # option values checked now, with the file's name
     except ConfigError as exc:

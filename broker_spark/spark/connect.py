@@ -19,7 +19,7 @@ from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
 from broker_spark.spark.options import BrokerOptionError, ConnectionOptions, HostPort
 
-__all__ = ["EndpointSettings", "open_endpoint"]
+__all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ def open_endpoint(
             _peer(endpoint, address, retry, statuses)
         if conn.websocket is not None:
             _websocket(endpoint, conn, websocket_topics, retry, statuses, websocket_options or {})
+        if conn.zeromq.proxy:
+            _zeromq(endpoint, conn, statuses)
         statuses.reset()
     except BaseException:
         endpoint.shutdown()
@@ -148,3 +150,53 @@ def _websocket(
     if ok is False:
         why = _errors_text(statuses) or "the server is unreachable or refused the connection"
         raise BrokerOptionError("websocket", target.url, f"cannot connect: {why}")
+
+
+#: Milliseconds a task's XPUB may take to hand what it published to the proxy when it
+#: closes (Zeek's linger_ms is 500): the writers' acknowledgement waits for that.
+ZEROMQ_LINGER_MS = 30_000
+
+
+def _zeromq(endpoint: Endpoint, conn: ConnectionOptions, statuses: Any) -> None:
+    """Join the Zeek cluster whose ZeroMQ proxy the options name (ZeroMQ redials by itself)."""
+    zeromq = conn.zeromq
+    if zeromq.xsub is None or zeromq.xpub is None:
+        raise BrokerOptionError(
+            "zeromq.proxy",
+            None,
+            "needs both the proxy's XPUB (connectXsubEndpoint) and XSUB (connectXpubEndpoint)",
+        )
+    try:
+        ok = endpoint.zeromq_join(
+            zeromq.xsub, zeromq.xpub, curve=zeromq.curve_keys(), linger_ms=ZEROMQ_LINGER_MS
+        )
+    except ValueError as exc:
+        raise BrokerOptionError("zeromq.proxy", zeromq.xsub, str(exc)) from None
+    if not ok:
+        why = _errors_text(statuses) or "no ZeroMQ proxy answered"
+        raise BrokerOptionError(
+            "zeromq.proxy", f"{zeromq.xsub},{zeromq.xpub}", f"cannot join: {why}"
+        )
+
+
+def open_log_receiver(conn: ConnectionOptions) -> Any:
+    """The logger role on Zeek's ZeroMQ cluster backend: a PULL socket bound on
+    ``zeromq.logs`` that Zeek nodes PUSH their log batches to, drained on its own thread
+    (a :class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`: ``take_stamped``
+    and ``close``, as the pump takes an endpoint's subscription). With CURVE keys (the
+    ``zeromq.curve*`` options, or Zeek's environment variables) it is a CURVE server.
+    Fails with a :class:`BrokerOptionError` naming the option when it cannot bind."""
+    from broker_spark.zeromq.curve import CurveConfigError
+    from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
+
+    bind = conn.zeromq.logs
+    if bind is None:
+        raise BrokerOptionError("zeromq.logs", None, "is required for the ZeroMQ logger role")
+    try:
+        receiver = ZeroMQLogReceiver(bind, curve=conn.zeromq.curve_keys())
+    except (CurveConfigError, ZeroMQBindError) as exc:
+        raise BrokerOptionError("zeromq.logs", bind, str(exc)) from None
+    log.info(
+        "receiving Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
+    )
+    return receiver

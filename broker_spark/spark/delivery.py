@@ -23,7 +23,10 @@ endpoint:
    the server *processed* everything before them
    (:mod:`~broker_spark.websocket.pacing`), so the task waits until the last
    probe's echo; an unpaced link sends a WebSocket ``ping`` frame once its
-   writer has sent everything and awaits the ``pong``.
+   writer has sent everything and awaits the ``pong``;
+4. a Zeek cluster's ZeroMQ proxy: ZeroMQ has no acknowledgement, so the
+   task waits until ZeroMQ has written everything to its connection with the
+   proxy (:func:`_zeromq_flush`).
 
 A peering that ends before its acknowledgement fails the task, so Spark
 retries it: the links are taken when the task's endpoint opens
@@ -156,6 +159,26 @@ def _websocket_ping(endpoint: Endpoint, link: Any, deadline: float) -> None:
         raise DeliveryError(f"the WebSocket API did not answer our ping: {exc}") from None
 
 
+def _zeromq_flush(endpoint: Endpoint, link: Any, deadline: float) -> None:
+    """ZeroMQ acknowledges nothing: the best it tells is that its XPUB handed every message
+    to the connection with the proxy. So: wait until the link sent its backlog into the
+    socket, then close it and wait until ZeroMQ's context ends, which it does once what
+    the socket held is written (or its linger time passed: then the task fails)."""
+    from broker_spark.errors import SC
+
+    _poll(lambda: link.closed or not link.backlog, deadline, "the ZeroMQ link sent its backlog")
+    if link.closed:
+        raise DeliveryError(f"the ZeroMQ link to {link.peer_str} closed before the ack")
+    started = time.monotonic()
+    endpoint._loop.run_sync(endpoint._core.remove_link, link, SC.PeerRemoved)
+    if not link.terminated.wait(max(0.0, deadline - time.monotonic())):
+        raise DeliveryError(f"the ZeroMQ proxy {link.peer_str} did not take the messages")
+    if time.monotonic() - started >= link.linger_ms / 1000:
+        raise DeliveryError(
+            f"the ZeroMQ proxy {link.peer_str} did not take the messages within {link.linger_ms} ms"
+        )
+
+
 def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0, links: Any = None) -> None:
     """Return once every peer confirmed it took what ``endpoint`` published; else raise.
 
@@ -179,6 +202,9 @@ def acknowledged_flush(endpoint: Endpoint, timeout: float = 60.0, links: Any = N
         if link.closed:
             raise DeliveryError(f"the peering with {link.peer_str} ended before the ack")
     native = [link for link in links if isinstance(link, TcpLink)]
+    for link in links:
+        if hasattr(link, "xpub") and hasattr(link, "terminated"):  # a ZeroMQ proxy
+            _zeromq_flush(endpoint, link, deadline)
     bridges = [link for link in links if hasattr(link, "ws") and not isinstance(link, TcpLink)]
     for link in bridges:
         _websocket_ping(endpoint, link, deadline)

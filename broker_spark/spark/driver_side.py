@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
-from broker_spark.spark.connect import EndpointSettings, open_endpoint
+from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
 from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.private_spool import make_private_spool, release_private_spool
-from broker_spark.spark.pump import SpoolPump
+from broker_spark.spark.pump import SpoolPump, SpoolSource
 from broker_spark.spark.segment import Segment
 from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
@@ -80,7 +80,7 @@ class ReaderRuntime:
         self.spool_path = options.spool.path or ""
         self.spool: Spool | None = None
         self.endpoint: Endpoint | None = None
-        self.subscription: RawSubscription | None = None
+        self.subscription: SpoolSource | None = None
         self.pump: SpoolPump | None = None
         self.attachments: list[object] = []
 
@@ -144,7 +144,7 @@ class ReaderRuntime:
 
     def connect(self) -> None:
         """Steps 3 and 4: endpoint, subscription, peerings, pump (idempotent)."""
-        if self.endpoint is not None:
+        if self.endpoint is not None or self.subscription is not None:
             return
         spool = self.open_spool()
 
@@ -153,15 +153,18 @@ class ReaderRuntime:
                 endpoint, self.topics, self._settings.subscriber_queue_size
             )
 
-        self.endpoint = open_endpoint(
-            self.options.connection,
-            settings=self._settings,
-            before_connect=subscribe,
-            retry=RECONNECT_INTERVAL,
-            websocket_topics=self.topics,
-        )
+        if self.options.connection.zeromq.logs is not None:  # Zeek's logger on ZeroMQ
+            self.subscription = open_log_receiver(self.options.connection)
+        else:
+            self.endpoint = open_endpoint(
+                self.options.connection,
+                settings=self._settings,
+                before_connect=subscribe,
+                retry=RECONNECT_INTERVAL,
+                websocket_topics=self.topics,
+            )
         try:
-            if self._after_connect is not None:
+            if self._after_connect is not None and self.endpoint is not None:
                 self.attachments.append(self._after_connect(self.endpoint))
             assert self.subscription is not None
             observe = self.history.observe if self.history is not None else None

@@ -25,7 +25,9 @@ __all__ = [
 ]
 
 DEFAULT_WEBSOCKET_PATH = "/v1/messages/json"
-_SECRET = frozenset({"ssl.passphrase"})
+_SECRET = frozenset(
+    {"ssl.passphrase", "zeromq.curveServerSecretKey", "zeromq.curveClientSecretKey"}
+)
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?\Z"
 )

@@ -46,6 +46,12 @@ from broker_spark.spark.option_values import (
     parse_websocket,
     split_top_level,
 )
+from broker_spark.spark.zeromq_options import (
+    ZEROMQ_CURVE,
+    ZeroMQOptions,
+    parse_zeromq,
+    parse_zeromq_proxy,
+)
 
 if TYPE_CHECKING:
     from broker_spark.config import Configuration
@@ -65,7 +71,9 @@ __all__ = [
     "SslOptions",
     "WebSocketTarget",
     "WriterOptions",
+    "ZeroMQOptions",
     "default_log_path",
+    "parse_zeromq_proxy",
     "parse_host_port",
     "parse_reader_options",
     "parse_writer_options",
@@ -88,7 +96,14 @@ STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("auto", "inline", "spool")
 
 _SSL_FILES = ("ssl.certificate", "ssl.key", "ssl.cafile", "ssl.capath", "ssl.passphrase")
-_SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES)
+_ZEROMQ = (
+    "zeromq.logs",
+    "zeromq.proxy",
+    "zeromq.connectXsubEndpoint",
+    "zeromq.connectXpubEndpoint",
+    *ZEROMQ_CURVE,
+)
+_SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES, *_ZEROMQ)
 _READER = (
     "topics",
     "store",
@@ -157,12 +172,14 @@ class SslOptions:
 
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """How an endpoint reaches the Broker world: accept peers, dial peers, or a WebSocket API."""
+    """How an endpoint reaches the Broker world: accept peers, dial peers, a WebSocket API,
+    or Zeek's ZeroMQ cluster backend."""
 
     listen: HostPort | None = None
     peers: tuple[HostPort, ...] = ()
     websocket: WebSocketTarget | None = None
     ssl: SslOptions = field(default_factory=SslOptions)
+    zeromq: ZeroMQOptions = field(default_factory=ZeroMQOptions)
 
     def configuration(self) -> Configuration:
         """A fresh endpoint configuration with these TLS settings."""
@@ -381,7 +398,7 @@ def _connection(raw: _Raw) -> ConnectionOptions:
         raise BrokerOptionError(
             "ssl.disable", "true", f"contradicts websocket={websocket_text!r} (use ws://)"
         )
-    return ConnectionOptions(listen, peers, websocket, ssl)
+    return ConnectionOptions(listen, peers, websocket, ssl, parse_zeromq(raw))
 
 
 # --- readers and writers ----------------------------------------------------------------
@@ -417,17 +434,30 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
+    zeromq = conn.zeromq
+    if zeromq.logs is not None:
+        if fmt != "zeek-logs":
+            raise BrokerOptionError("zeromq.logs", zeromq.logs, "applies to format=zeek-logs only")
+        if conn.listen or conn.peers or conn.websocket or zeromq.proxy:
+            raise BrokerOptionError(
+                "zeromq.logs",
+                zeromq.logs,
+                "reads Zeek's logs on its own: leave out listen, peer, websocket and zeromq.proxy",
+            )
     relay_text = raw.nonempty("relay")
     relay = parse_host_port(relay_text, "relay") if relay_text else None
     if relay is not None:
-        for name in ("listen", "peer", "websocket", "store"):
+        for name in ("listen", "peer", "websocket", "store", "zeromq.logs", "zeromq.proxy"):
             if raw.get(name) is not None:
                 raise BrokerOptionError(
                     name, raw.get(name), f"contradicts relay={relay_text!r}: the relay peers"
                 )
-    elif not (conn.listen or conn.peers or conn.websocket):
+    elif not (conn.listen or conn.peers or conn.websocket or zeromq.logs or zeromq.xsub):
         raise BrokerOptionError(
-            "listen/peer/websocket/relay", None, "one of them is required to reach Broker peers"
+            "listen/peer/websocket/relay",
+            None,
+            "one of them is required to reach Broker peers (or, for a Zeek cluster on the "
+            "ZeroMQ backend, zeromq.proxy, and zeromq.logs for its logs)",
         )
     idle_timeout = _seconds(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
     if idle_timeout <= 0:
@@ -565,8 +595,15 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
-    if not (conn.peers or conn.websocket):
-        raise BrokerOptionError("peer/websocket", None, "one of them is required to publish")
+    if conn.zeromq.logs is not None:
+        raise BrokerOptionError("zeromq.logs", conn.zeromq.logs, "is for reading Zeek's logs")
+    if not (conn.peers or conn.websocket or conn.zeromq.xpub):
+        raise BrokerOptionError(
+            "peer/websocket",
+            None,
+            "one of them is required to publish (or zeromq.proxy, for a Zeek cluster on "
+            "the ZeroMQ backend)",
+        )
     return WriterOptions(
         connection=conn,
         topic=topic,

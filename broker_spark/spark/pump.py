@@ -23,12 +23,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from broker_spark.errors import ShutdownError
-from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.spool import Spool
 
-__all__ = ["SpoolPump"]
+__all__ = ["SpoolPump", "SpoolSource"]
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,25 @@ DEFAULT_BATCH = 8192
 _IDLE_WAIT = 0.25
 
 
+class SpoolSource(Protocol):
+    """Where the pump takes messages: an endpoint's subscription
+    (:class:`~broker_spark.spark.endpoint_access.RawSubscription`), or the ZeroMQ logger
+    (:class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`). ``take_stamped``
+    returns spool records and raises ShutdownError once the source is closed."""
+
+    def take_stamped(
+        self, n: int, timeout: float | None, clock_ns: Callable[[], int]
+    ) -> list[tuple[str, bytes, str, int]]: ...
+
+    def close(self) -> None: ...
+
+
 class SpoolPump:
     """Appends what ``subscription`` receives to ``spool`` from a daemon thread."""
 
     def __init__(
         self,
-        subscription: RawSubscription,
+        subscription: SpoolSource,
         spool: Spool,
         *,
         batch: int = DEFAULT_BATCH,

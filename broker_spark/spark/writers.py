@@ -206,7 +206,7 @@ class _Publisher:
             bridges = [link for link in self.links if getattr(link, "pacer", None) is not None]
             if bridges:
                 self.verdicts = ServerVerdicts(self.endpoint._loop, bridges[0])
-            if conn.peers:
+            if conn.peers or conn.zeromq.proxy:
                 _await_peer_filters(self.endpoint, FILTER_WAIT, first, self.links)
         return self.endpoint
 

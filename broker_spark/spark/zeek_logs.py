@@ -164,6 +164,7 @@ class LogConverter:
                     buf,
                     np.asarray(group.starts[lo:hi], dtype=np.int64),
                     np.asarray(group.ends[lo:hi], dtype=np.int64),
+                    group.fields,
                 )
                 piece = _Piece(order[lo:hi], messages[lo:hi], group.path)
                 pieces.append(self._piece(group, block, piece, offsets))

@@ -1,7 +1,9 @@
 """The LogCreates a stream reader received: which columns each log had from which offset.
 
 Zeek sends a log's schema once per peering, and its records for hours after,
-so the partition that holds a record rarely holds its LogCreate. The
+so the partition that holds a record rarely holds its LogCreate. (On Zeek's
+ZeroMQ backend every log batch carries its columns; they are remembered the same
+way, when they change.) The
 reader's pump shows every received message to :meth:`LogSchemaHistory.observe`
 (a prefix test per message; only LogCreates are decoded), which remembers
 each schema with the offset it arrived at; a partition then carries the
@@ -28,6 +30,7 @@ from typing import Any
 from broker_spark.data.binary import decode
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
+from broker_spark.zeek.log_batch import is_log_batch, read_header
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
@@ -137,6 +140,13 @@ class LogSchemaHistory:
                     records += read_varbyte(payload, len(BATCH_HEAD))[0]
             elif payload.startswith(LOG_WRITE_HEAD):
                 records += 1
+            elif is_log_batch(payload):  # Zeek's ZeroMQ backend: every batch has its columns
+                try:
+                    header = read_header(payload)
+                    records += int.from_bytes(payload[header.size : header.size + 4], "big")
+                except DecodeError:
+                    continue  # counted where it is read
+                self.add(first_offset + i, str(item[2]), header.schema)
             elif is_log_create(payload):
                 try:
                     schema = LogCreate(decode(payload)).schema()

@@ -27,7 +27,14 @@ import numpy as np
 
 from broker_spark.zeek.types import TEXT_TAGS, TypeTag, ZeekType
 
-__all__ = ["Block", "ColumnData", "DecodedBlock", "decode_block", "gather_bytes"]
+__all__ = [
+    "Block",
+    "ColumnData",
+    "DecodedBlock",
+    "decode_block",
+    "gather_bytes",
+    "value_run_ends",
+]
 
 #: Zero bytes after the data, so that a gather never needs a bounds check of its own.
 _PAD = 32
@@ -44,11 +51,17 @@ _FIXED = {
 
 @dataclass
 class Block:
-    """Records in one buffer: record ``i`` is ``data[starts[i]:ends[i]]``."""
+    """Records in one buffer: record ``i`` is ``data[starts[i]:ends[i]]``.
+
+    A record is a LogWrite's ``serial_data`` (its field count, then the values), or
+    with ``fields`` set, values only, that many (as records travel in Zeek's ZeroMQ
+    log batches: :mod:`~broker_spark.zeek.log_batch`).
+    """
 
     buf: np.ndarray  # uint8, with at least _PAD bytes after the last record (any values)
     starts: np.ndarray  # int64
     ends: np.ndarray  # int64
+    fields: int | None = None
 
     @classmethod
     def from_spans(cls, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> Block:
@@ -66,7 +79,10 @@ class Block:
         return len(self.starts)
 
     def record(self, i: int) -> bytes:
-        return self.buf[self.starts[i] : self.ends[i]].tobytes()
+        """Record ``i`` as ``serial_data`` (with its field count, as the reference codec
+        :func:`~broker_spark.zeek.record.decode_values` reads it)."""
+        raw = self.buf[self.starts[i] : self.ends[i]].tobytes()
+        return raw if self.fields is None else self.fields.to_bytes(4, "big") + raw
 
 
 @dataclass
@@ -164,12 +180,13 @@ class _Walk:
     """
 
     def __init__(self, block: Block) -> None:
+        header = 4 if block.fields is None else 0  # the field count before the values
         self.buf = block.buf
         self.views = _views(block.buf)
         self.limit = block.ends
         self.cap = len(block.buf) - _PAD + 1
-        self.pos = block.starts + 4
-        self.ok = block.ends - block.starts >= 4
+        self.pos = block.starts + header
+        self.ok = block.ends - block.starts >= header
 
 
 def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
@@ -180,17 +197,33 @@ def decode_block(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
     """
     walk = _Walk(block)
     ok = walk.ok
-    if len(block):
+    if block.fields is not None:
+        ok &= block.fields == len(types)
+    elif len(block):
         count = _read_i32(walk.views, np.where(ok, block.starts, 0))
         ok &= count == len(types)
-    columns = []
-    for zeek_type in types:
-        columns.append(_decode_column(walk, ok, None, zeek_type))
+    columns = _walk_columns(walk, ok, types)
     ok &= walk.pos == walk.limit
     if not ok.all():
         for column in columns:
             _forget(column, ok)
     return DecodedBlock(block, columns, ok, tuple(c.zeek_type for c in columns))
+
+
+def _walk_columns(walk: _Walk, ok: np.ndarray, types: Sequence[ZeekType]) -> list[ColumnData]:
+    return [_decode_column(walk, ok, None, zeek_type) for zeek_type in types]
+
+
+def value_run_ends(block: Block, types: Sequence[ZeekType]) -> np.ndarray:
+    """Where a run of ``len(types)`` values of these types ends, from each of
+    ``block.starts`` (values only: ``block.fields`` is set, as records travel in
+    Zeek's ZeroMQ log batches); -1 where the bytes there are not such a run.
+    ``block.ends`` bound the reads (the end of the buffer's data will do)."""
+    walk = _Walk(block)
+    ok = walk.ok
+    _walk_columns(walk, ok, types)
+    ok &= walk.pos <= walk.limit
+    return np.where(ok, walk.pos, -1)
 
 
 def _forget(column: ColumnData, ok: np.ndarray) -> None:

@@ -67,6 +67,7 @@ def group_lines(
                 buf,
                 np.asarray(group.starts[lo:hi], dtype=np.int64),
                 np.asarray(group.ends[lo:hi], dtype=np.int64),
+                group.fields,
             )
             decoded = decode_block(block, schema.types)
             ok = decoded.ok
@@ -75,7 +76,7 @@ def group_lines(
         bad = np.flatnonzero(~ok)
         texts: list[str | None] = []
         for i in bad:
-            raw = data[group.starts[lo + i] : group.ends[lo + i]]
+            raw = group.record(data, lo + int(i))
             try:
                 values = decode_values(raw)
             except DecodeError:

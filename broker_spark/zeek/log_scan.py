@@ -13,6 +13,11 @@ scanner's :class:`~broker_spark.zeek.schema.SchemaRegistry` on the spot, so
 every record is tied to the schema in force when it arrived (a LogCreate that
 changes a stream's columns applies to the records after it). Everything
 else (events, identifier updates) is skipped and counted.
+
+Log batches of Zeek's ZeroMQ backend (:mod:`~broker_spark.zeek.log_batch`) are the
+second kind of message holding records: each carries its columns (learned as a
+LogCreate's) and its records' values without a field count before each; their
+groups say so (:attr:`LogGroup.fields`), and the column decoder reads them as such.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from broker_spark.data.binary_decode import decode_from
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
+from broker_spark.zeek.log_batch import read_header, record_spans, run_spans
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema, SchemaRegistry
 
@@ -44,6 +50,9 @@ LOG_WRITE_HEAD = _head(3) + b"\x04\x0b"
 
 #: How deep Batches may nest (Broker allows nesting; Zeek never does it).
 MAX_DEPTH = 4
+
+#: ZeroMQ log batches read as one run at most (up to 1000 records each).
+RUN_BATCHES = 64
 
 #: Messages read as one run at most: their bytes (Batches of 400 records are 150 KB or
 #: so) should stay in the processor's caches while numpy passes over them several times.
@@ -76,6 +85,14 @@ class LogGroup:
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     runs: list[tuple[int, int, int]] = field(default_factory=list)
+    #: None: each record is a LogWrite's ``serial_data`` (its field count, then its
+    #: values); a number: values only, that many (records of a ZeroMQ log batch)
+    fields: int | None = None
+
+    def record(self, data: bytes, i: int) -> bytes:
+        """Record ``i`` of ``data`` as ``serial_data`` (what ``decode_values`` reads)."""
+        raw = data[self.starts[i] : self.ends[i]]
+        return raw if self.fields is None else self.fields.to_bytes(4, "big") + raw
 
     def messages(self) -> np.ndarray:
         """The message each record came in."""
@@ -152,7 +169,9 @@ class LogScanner:
         i = 0
         n = len(starts)
         while i < n:
-            taken = self._uniform_run(buf, starts, ends, senders, i)
+            taken = self._uniform_run(buf, starts, ends, senders, i) or self._batch_run(
+                buf, starts, ends, senders, i, fail
+            )
             if taken:
                 i += taken
                 continue
@@ -263,8 +282,12 @@ class LogScanner:
 
     def scan(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
         """Note the log records of the message in ``buf[start:end]``; a message that is not
-        valid Broker data is counted in :attr:`undecodable` (and raises nothing)."""
+        valid Broker data (nor a ZeroMQ log batch) is counted in :attr:`undecodable` (and
+        raises nothing)."""
         try:
+            if end - start > 16 and buf[start] == 0:
+                self._log_batch(buf, start, end, sender, message)
+                return
             pos = self._value(buf, start, end, sender, message, 0)
         except (DecodeError, IndexError, ValueError):
             self.undecodable += 1
@@ -472,13 +495,94 @@ class LogScanner:
         self.records += 1
         return after
 
-    def _group(self, sender: str, stream: str, path: str) -> LogGroup | None:
+    def _batch_run(
+        self,
+        buf: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        senders: Sequence[str],
+        first: int,
+        fail: Callable[[int], None] | None = None,
+    ) -> int:
+        """How many ZeroMQ log batches from ``first`` on were read as one run (0: none): the
+        batches of one log and columns from one sender, their records found all at once
+        (:func:`~broker_spark.zeek.log_batch.run_spans`)."""
+        pos, end = starts[first], ends[first]
+        if end - pos <= 16 or buf[pos] != 0:
+            return 0
+        try:
+            header = read_header(memoryview(buf)[pos:end])
+        except DecodeError:
+            return 0
+        head = buf[pos : pos + header.size]
+        sender = senders[first]
+        last = first + 1
+        while (
+            last < len(starts)
+            and last - first < RUN_BATCHES
+            and senders[last] == sender
+            and buf.startswith(head, starts[last])
+        ):
+            last += 1
+        if last - first < 2:
+            return 0  # one batch: the one-batch path costs less
+        found = run_spans(buf, starts[first:last], ends[first:last], header)
+        if found is None:  # a malformed batch among them: one by one, each on its own
+            for k in range(first, last):
+                before = self.undecodable
+                self.scan(buf, starts[k], ends[k], senders[k], k)
+                if fail is not None and self.undecodable != before:
+                    fail(k)
+            return last - first
+        begins, stops, counts = found
+        self._learn_batch(sender, header.schema)
+        total = int(counts.sum())
+        group = self._group(sender, header.stream, header.path, len(header.schema.fields))
+        if group is None:
+            self.skipped += total
+        else:
+            group.starts.extend(begins.tolist())
+            group.ends.extend(stops.tolist())
+            records = self.records
+            for k, count in enumerate(counts.tolist()):
+                if count:
+                    group.runs.append((first + k, records, count))
+                    records += count
+        self.records += total
+        return last - first
+
+    def _learn_batch(self, sender: str, schema: LogSchema) -> None:
+        if self.registry.learn(sender, schema):
+            self._heads.clear()
+            self._last = None
+            if self.on_schema is not None:
+                self.on_schema(sender, schema, True)
+
+    def _log_batch(self, buf: bytes, start: int, end: int, sender: str, message: int) -> None:
+        """A ZeroMQ log batch (:mod:`~broker_spark.zeek.log_batch`): its own columns, learned
+        as a LogCreate's would be, and its records, values only, found all at once."""
+        header, starts, ends = record_spans(buf[start:end])
+        schema = header.schema
+        self._learn_batch(sender, schema)
+        count = len(starts)
+        group = self._group(sender, header.stream, header.path, len(schema.fields))
+        if group is None:
+            self.skipped += count
+        elif count:
+            group.starts.extend((starts + start).tolist())
+            group.ends.extend((ends + start).tolist())
+            group.runs.append((message, self.records, count))
+        self.records += count
+
+    def _group(
+        self, sender: str, stream: str, path: str, fields: int | None = None
+    ) -> LogGroup | None:
         if self.paths is not None and path not in self.paths:
             return None
         schema = self.registry.lookup(sender, stream, path)
-        key = (sender, stream, path, id(schema))
+        key = (sender, stream, path, id(schema), fields)
         group = self._group_by.get(key)
         if group is None:
-            group = self._group_by[key] = LogGroup(sender, stream, path, schema)
+            group = self._group_by[key] = LogGroup(sender, stream, path, schema, fields=fields)
             self.groups.append(group)
         return group

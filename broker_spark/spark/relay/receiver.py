@@ -87,7 +87,8 @@ def identity_of(options: ReaderOptions, *, logs: bool) -> dict[str, str]:
     conn = options.connection
     ssl = conn.ssl
     spool = options.spool
-    secret = hashlib.sha256(ssl.passphrase.encode()).hexdigest()[:16] if ssl.passphrase else ""
+    zeromq = conn.zeromq
+    secret = _digest(ssl.passphrase) if ssl.passphrase else ""
     return {
         "listen": str(conn.listen) if conn.listen else "",
         "peer": ",".join(str(p) for p in conn.peers),
@@ -104,7 +105,14 @@ def identity_of(options: ReaderOptions, *, logs: bool) -> dict[str, str]:
         "spool.retentionMs": str(spool.retention_ms),
         "spool.fsync": str(spool.fsync).lower(),
         "format": "zeek-logs" if logs else "messages",
+        "zeromq.logs": zeromq.logs or "",
+        "zeromq.proxy": f"{zeromq.xsub},{zeromq.xpub}" if zeromq.proxy else "",
+        "zeromq.curve": _digest(",".join(zeromq.curve)) if any(zeromq.curve) else "",
     }
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
 def identity_problem(ours: Mapping[str, str], theirs: Mapping[str, str]) -> str | None:
@@ -114,8 +122,8 @@ def identity_problem(ours: Mapping[str, str], theirs: Mapping[str, str]) -> str 
         return None
 
     def shown(key: str, value: str | None) -> str:
-        if key == "ssl.passphrase":
-            return "(another passphrase)" if value else "(none)"
+        if key in ("ssl.passphrase", "zeromq.curve"):
+            return "(other secrets)" if value else "(none)"
         return repr(value or "")
 
     parts = [
@@ -174,7 +182,7 @@ def _log_to(path: str) -> None:
 
 def run(spool_path: str, request: Mapping[str, Any]) -> int:
     """Own ``spool_path`` as ``request`` says, until idle, stopped or signalled."""
-    from broker_spark.spark.connect import EndpointSettings, open_endpoint
+    from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
     from broker_spark.spark.options import parse_reader_options
     from broker_spark.spark.relay.server import SpoolServer
     from broker_spark.spark.relay.service import SpoolService
@@ -213,13 +221,16 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
     sock = socket_path(spool_path)
     try:
         try:
-            endpoint = open_endpoint(
-                options.connection,
-                settings=EndpointSettings(),
-                before_connect=service.subscribe,
-                retry=float(request.get("retry", 5.0)),
-                websocket_topics=options.topics,
-            )
+            if options.connection.zeromq.logs is not None:  # the logger of a ZeroMQ cluster
+                service.take_from(open_log_receiver(options.connection))
+            else:
+                endpoint = open_endpoint(
+                    options.connection,
+                    settings=EndpointSettings(),
+                    before_connect=service.subscribe,
+                    retry=float(request.get("retry", 5.0)),
+                    websocket_topics=options.topics,
+                )
         except BrokerError as exc:
             _answer({"error": str(exc)})
             return 2
@@ -245,7 +256,7 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
                 "pid": os.getpid(),
                 "socket": sock,
                 "started": time.time(),
-                "node": endpoint.node_id(),
+                "node": endpoint.node_id() if endpoint is not None else None,
                 "identity": identity,
                 "idle_timeout": options.receiver_idle_timeout,
             },

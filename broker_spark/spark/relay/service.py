@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker_spark.spark.endpoint_access import RawSubscription
-from broker_spark.spark.pump import SpoolPump
+from broker_spark.spark.pump import SpoolPump, SpoolSource
 from broker_spark.spark.spool import Spool
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 
@@ -98,7 +98,7 @@ class SpoolService:
         self.id = spool_id(spool.path, create=True)
         self._queue_size = queue_size
         self._endpoint: Any = None
-        self._subscription: RawSubscription | None = None
+        self._subscription: SpoolSource | None = None
         self.pump: SpoolPump | None = None
         self._watchers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -109,6 +109,11 @@ class SpoolService:
         """Subscribe ``endpoint`` to the topics: before it peers with anyone."""
         self._endpoint = endpoint
         self._subscription = RawSubscription(endpoint, self.topics, self._queue_size)
+
+    def take_from(self, source: SpoolSource) -> None:
+        """Append what another source gives (Zeek's ZeroMQ logger) instead of an endpoint's
+        subscription."""
+        self._subscription = source
 
     def start(self) -> None:
         """Start the pump (after :meth:`subscribe`)."""

@@ -1,0 +1,228 @@
+"""Zeek's logs into the spool: the ZeroMQ logger role (PULL) against Broker peering, same run.
+
+Usage: ``python bench/zeromq_logs.py [--seconds S] [--json]``
+
+A sender *process* plays a Zeek node: it sends the conn records of a real Zeek
+(the recordings in ``tests/vectors``, repeated) as fast as it can or at ``--rate``,
+for ``S`` seconds (10 by default), in one of two ways:
+
+- **zeromq**: a PUSH socket with Zeek's defaults (``log_sndhwm`` 1000, sends
+  without blocking, exactly as ``DoPublishLogWrites``) sends batches of 1000
+  records (Zeek's ``Log::write_buffer_size``) in ``zeek-bin-serializer``; a send
+  the socket refuses at its high-water mark is what Zeek drops, and is counted;
+- **broker**: a peered endpoint publishes the same records as Zeek does over
+  Broker (Batches of 400 LogWrites, ``Broker::log_batch_size``), pre-encoded.
+
+The receiving side is what a Spark query's driver runs with default options:
+:class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver` (or an endpoint's
+subscription) drained by the :class:`~broker_spark.spark.pump.SpoolPump` into a
+:class:`~broker_spark.spark.spool.Spool` in a temporary directory. Measured: log
+records spooled per second while the sender sends and in all after a short drain
+(counted from what the pump appended), and for ZeroMQ the records of the batches the
+sender could not hand over (Zeek's drops). Both senders offer 340,000 records a
+second (``--rate``); then the ZeroMQ sender again, as fast as it can, shows where
+the receiving side's limit is (a Zeek that fast would drop what is counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+ZEEK_BATCH = 1000  # Log::write_buffer_size: the most records one ZeroMQ batch holds
+BROKER_BATCH = 400  # Broker::log_batch_size
+
+
+def _conn() -> tuple[Any, list[list[Any]]]:
+    from zeek_recordings import ZMQ_LOGS, zmq_messages
+
+    from broker_spark.zeek.log_batch import decode_batch
+
+    records: list[list[Any]] = []
+    schema = None
+    for frames in zmq_messages(ZMQ_LOGS):
+        header, found = decode_batch(frames[3])
+        if header.path == "conn":
+            schema = header.schema
+            records.extend(found)
+    return schema, records
+
+
+def _zmq_sender(endpoint: str, seconds: float, rate: float, conn: Any) -> None:
+    import zmq
+
+    from broker_spark.zeek.log_batch import encode_batch
+
+    schema, records = _conn()
+    batch = encode_batch(schema, (records * (ZEEK_BATCH // len(records) + 1))[:ZEEK_BATCH])
+    frames = [b"log-write", b"zeromq_bench_node", b"zeek-bin-serializer", batch]
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.sndhwm = 1000  # Zeek's log_sndhwm
+    push.linger = 30_000  # what the socket accepted is delivered after the report
+    push.connect(endpoint)
+    conn.send("ready")
+    conn.recv()
+    sent = dropped = 0
+    began = time.monotonic()
+    stop = began + seconds
+    while time.monotonic() < stop:
+        if rate:
+            ahead = began + (sent + dropped) * ZEEK_BATCH / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        try:
+            push.send_multipart(frames, zmq.NOBLOCK)
+            sent += 1
+        except zmq.Again:  # Zeek: "Failed to send log write. HWM reached?"
+            if rate:
+                dropped += 1
+            else:
+                time.sleep(0.0001)  # as fast as it can: an offer refused is retried
+    conn.send((sent * ZEEK_BATCH, dropped * ZEEK_BATCH, time.monotonic() - began))
+    push.close()
+    ctx.term()
+
+
+def _broker_sender(port: int, seconds: float, rate: float, conn: Any) -> None:
+    import broker_spark as broker
+    from broker_spark.zeek.log_batch import BatchTranslator, encode_batch
+
+    schema, records = _conn()
+    batch = encode_batch(schema, (records * (BROKER_BATCH // len(records) + 1))[:BROKER_BATCH])
+    _header, (create, message) = BatchTranslator().translate(batch, "bench")
+    topic = "zeek/logs/Conn::LOG"
+    config = broker.Configuration(broker.BrokerOptions(disable_ssl=True))
+    with broker.Endpoint(config) as ep:
+        assert ep.peer("127.0.0.1", port, retry=0)
+        while not ep.peer_subscriptions():
+            time.sleep(0.01)
+        ep.publish_encoded([(topic, create)])
+        conn.send("ready")
+        conn.recv()
+        sent = 0
+        began = time.monotonic()
+        stop = began + seconds
+        while time.monotonic() < stop:
+            if rate:
+                ahead = began + sent / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            ep.publish_encoded([(topic, message)] * 8)
+            sent += 8 * BROKER_BATCH
+        conn.send((sent, 0, time.monotonic() - began))
+        conn.recv()
+
+
+def _spool_run(source: Any, sender: mp.Process, conn: Any, seconds: float) -> dict[str, Any]:
+    from broker_spark.spark.pump import SpoolPump
+    from broker_spark.spark.spool import Spool
+    from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+
+    directory = tempfile.mkdtemp(prefix="bench-spool-")
+    history = LogSchemaHistory()
+    spool = Spool(directory)
+    pump = SpoolPump(source, spool, observe=history.observe)
+    pump.start()
+    try:
+        assert conn.recv() == "ready"
+        conn.send("go")
+        started = time.monotonic()
+        sent, dropped, elapsed = conn.recv()
+        during = history._records  # spooled while the sender sent
+        window = time.monotonic() - started
+        settle = time.monotonic() + 30  # then what was sent, within a short drain
+        while history._records < sent and time.monotonic() < settle:
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        spooled = history._records
+    finally:
+        pump.stop()
+        source.close()
+        spool.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    conn.send("bye")
+    sender.join(30)
+    return {
+        "offered_records": sent + dropped,
+        "sent_records": sent,
+        "dropped_records": dropped,
+        "spooled_records": spooled,
+        "spooled_while_sending_per_second": round(during / window),
+        "spooled_per_second": round(spooled / took),
+        "sender_seconds": round(elapsed, 2),
+        "seconds": round(took, 2),
+    }
+
+
+def run_zeromq(seconds: float, rate: float = 0.0) -> dict[str, Any]:
+    from broker_spark.zeromq.log_receiver import ZeroMQLogReceiver
+
+    receiver = ZeroMQLogReceiver("tcp://127.0.0.1:0")
+    here, there = mp.Pipe()
+    sender = mp.Process(target=_zmq_sender, args=(receiver.endpoint, seconds, rate, there))
+    sender.start()
+    return _spool_run(receiver, sender, here, seconds)
+
+
+def run_broker(seconds: float, rate: float = 0.0) -> dict[str, Any]:
+    import broker_spark as broker
+    from broker_spark.spark.endpoint_access import RawSubscription
+
+    config = broker.Configuration(broker.BrokerOptions(disable_ssl=True))
+    ep = broker.Endpoint(config)
+    try:
+        subscription = RawSubscription(ep, ["zeek/logs/"], 8192)
+        port = ep.listen("127.0.0.1", 0)
+        here, there = mp.Pipe()
+        sender = mp.Process(target=_broker_sender, args=(port, seconds, rate, there))
+        sender.start()
+        return _spool_run(subscription, sender, here, seconds)
+    finally:
+        ep.shutdown()
+
+
+#: Records a second both senders offer: above the 300,000 a second the Spark path aims at.
+OFFERED_RATE = 340_000.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="sending time per run")
+    parser.add_argument("--rate", type=float, default=OFFERED_RATE, help="records/s offered")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args()
+    mp.set_start_method("spawn")
+    results = {
+        "broker": run_broker(args.seconds, args.rate),
+        "zeromq": run_zeromq(args.seconds, args.rate),
+        "zeromq_unpaced": run_zeromq(args.seconds),
+    }
+    results["broker"]["offered_rate"] = results["zeromq"]["offered_rate"] = args.rate
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print("| path | offered | spooled while sending | spooled in all | dropped by the sender |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name in ("broker", "zeromq", "zeromq_unpaced"):
+        r = results[name]
+        offered = f"{args.rate:,.0f}/s" if name != "zeromq_unpaced" else "as fast as it can"
+        print(
+            f"| {name} | {offered} | {r['spooled_while_sending_per_second']:,}/s | "
+            f"{r['spooled_records']:,} of {r['sent_records']:,} | {r['dropped_records']:,} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

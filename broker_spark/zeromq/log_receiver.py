@@ -1,0 +1,387 @@
+"""broker-spark as a Zeek cluster's logger: a bound PULL socket that Zeek nodes PUSH logs to.
+
+On Zeek's ZeroMQ cluster backend logs do not travel over publish/subscribe:
+every node connects a PUSH socket to each entry of
+``Cluster::Backend::ZeroMQ::connect_log_endpoints`` (the cluster's loggers) and
+sends each flush of a log writer as one four-frame message: ``log-write``, its
+node id, ``zeek-bin-serializer`` and the batch (ZEEK-ZEROMQ.md sections 1 and 2b).
+Any program with a bound PULL socket can be that logger.
+
+:class:`ZeroMQLogReceiver` is one, with the narrow interface the rest of
+broker-spark takes log messages through (the Spark reader's pump, ``broker-spark
+logs``, ``node --log-dir``): :meth:`take` / :meth:`take_stamped` return spool
+records ``(topic, payload, sender[, received_at_ns])`` and :meth:`close` ends it.
+Each batch is handed on as it arrived, on the topic ``zeek/logs/<stream id>``
+(where a Zeek publishes logs over Broker) with the Zeek node's id as sender: the
+log scanner reads ZeroMQ batches beside Broker's log messages
+(:mod:`~broker_spark.zeek.log_scan`), so the spool, the schema history, the Spark
+converter and the JSON lines take them as they take logs over Broker. Only the
+header is checked here (parsed once per log): the records are found where they
+are decoded, on Spark's executors, and not in this process, which Zeek drops
+batches for when it falls behind.
+
+Why a thread of its own: a Zeek node sends without blocking and drops a batch
+when its PUSH queue (``log_sndhwm``, 1000 messages) is full, so the socket must
+be drained whatever its consumer does. The thread only receives and queues raw
+batches, without copying them. The queue is bounded
+in bytes (``max_queued_bytes``): past it the thread stops reading, ZeroMQ's
+queues fill (``log_rcvhwm`` here, ``log_sndhwm`` at the node) and the nodes
+drop, which Zeek reports as "Failed to send log write. HWM reached?"; a warning
+here says the consumer fell behind.
+
+Bad input costs only itself: a message that is not four frames, names another
+serializer or holds a malformed header is dropped, counted in :attr:`rejected`
+and logged (at most once a second) with its sender and what is wrong. With
+CURVE (:class:`~broker_spark.zeromq.curve.CurveKeys`) the socket is a CURVE
+server that lets in only the client public key, as Zeek's logger does; a client
+turned away (wrong client key), or whose handshake fails (wrong server key, no
+CURVE), is counted in :attr:`refused` and logged with its address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
+from broker_spark.zeek.log_batch import LOG_MESSAGE_TYPE, LOG_SERIALIZER, read_header
+from broker_spark.zeromq.curve import CurveKeys, ZapHandler
+
+__all__ = [
+    "DEFAULT_MAX_QUEUED_BYTES",
+    "DEFAULT_RCVHWM",
+    "LOG_TOPIC_PREFIX",
+    "ZeroMQBindError",
+    "ZeroMQLogReceiver",
+]
+
+log = logging.getLogger(__name__)
+
+#: Zeek's ``log_rcvhwm``: messages ZeroMQ queues for the PULL socket.
+DEFAULT_RCVHWM = 1000
+#: Bytes of received batches queued for the consumer before the socket is left unread.
+DEFAULT_MAX_QUEUED_BYTES = 256 * 1024 * 1024
+#: The topic prefix Zeek publishes logs on over Broker (``Broker::default_log_topic_prefix``).
+LOG_TOPIC_PREFIX = "zeek/logs/"
+
+#: Bytes of batches handed out per take, about: what a consumer appends to a spool at once.
+TAKE_BYTES = 16 * 1024 * 1024
+#: Messages received per turn before the thread looks at its other sockets (and lets
+#: the consumer have the interpreter).
+_TURN = 64
+#: Milliseconds the thread waits for input before looking at its stop flag again.
+_POLL_MS = 100
+_HANDSHAKE_FAILURES = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
+class ZeroMQBindError(BrokerError, OSError):
+    """The PULL socket could not bind its endpoint."""
+
+    code = EC.PeerUnavailable
+
+
+class _Complaints:
+    """Warnings about bad input, at most one a second (with how many were held back)."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+        self._held = 0
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last < 1.0:
+            self._held += 1
+            return
+        more = f" ({self._held} more since the last warning)" if self._held else ""
+        log.warning("%s%s", text, more)
+        self._last = now
+        self._held = 0
+
+
+class ZeroMQLogReceiver:
+    """A bound PULL socket drained by a thread; Zeek's log batches out as they arrived.
+
+    ``bind`` is a ZeroMQ endpoint (``tcp://0.0.0.0:5557``; port 0 or ``*`` picks a free
+    one: see :attr:`endpoint`). ``curve`` makes it a CURVE server (its
+    ``server_secretkey`` and ``client_publickey`` are needed). Starts receiving at once.
+    """
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        curve: CurveKeys | None = None,
+        rcvhwm: int = DEFAULT_RCVHWM,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+    ) -> None:
+        if curve is not None and curve.any:
+            curve.require_server()
+        else:
+            curve = None
+        self.max_queued_bytes = max_queued_bytes
+        self.received = 0  # batches taken off the socket
+        self.rejected = 0  # messages dropped as malformed
+        self.refused = 0  # clients turned away by CURVE
+        self._complain = _Complaints()
+        self._queue: deque[tuple[bytes, zmq.Frame]] = deque()
+        self._queued_bytes = 0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._closed = False
+        self._senders: dict[bytes, str] = {}
+        self._context = zmq.Context(io_threads=1)
+        try:
+            self._pull = self._context.socket(zmq.PULL)
+            self._pull.linger = 0
+            self._pull.rcvhwm = rcvhwm
+            self._zap: ZapHandler | None = None
+            if curve is not None:
+                self._zap = ZapHandler(self._context, curve.client_publickey, self._refuse)
+                curve.configure_server(self._pull)
+            self._monitor = self._pull.get_monitor_socket(_HANDSHAKE_FAILURES)
+            try:
+                self._pull.bind(_wildcard_port(bind))
+            except zmq.ZMQError as exc:
+                raise ZeroMQBindError(f"cannot bind the log PULL socket to {bind}: {exc}") from None
+            self.endpoint: str = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            self._close_sockets()
+            raise
+        self.curve = curve is not None
+        self._thread = threading.Thread(
+            target=self._run, name="broker-spark-zeromq-logs", daemon=True
+        )
+        self._thread.start()
+
+    # --- the draining thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._monitor, zmq.POLLIN)
+        if self._zap is not None:
+            poller.register(self._zap.socket, zmq.POLLIN)
+        reading = False
+        try:
+            while not self._stop.is_set():
+                want = self._queued_bytes < self.max_queued_bytes
+                if want != reading:
+                    if want:
+                        poller.register(self._pull, zmq.POLLIN)
+                    else:
+                        poller.unregister(self._pull)
+                        self._complain(
+                            f"ZeroMQ logs on {self.endpoint}: {self._queued_bytes} bytes wait "
+                            "for a consumer that falls behind; not reading until it catches up "
+                            "(Zeek drops batches when its queue to us is full)"
+                        )
+                    reading = want
+                ready = dict(poller.poll(_POLL_MS))
+                if self._zap is not None and self._zap.socket in ready:
+                    self._zap.handle()
+                if self._monitor in ready:
+                    self._handshake_events()
+                if self._pull in ready:
+                    self._receive()
+        except zmq.ContextTerminated:
+            pass
+        except Exception as exc:  # never silently: the consumer sees the end
+            log.error("ZeroMQ logs on %s: the receiving thread failed: %s", self.endpoint, exc)
+        finally:
+            self._close_sockets()
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+
+    def _receive(self) -> None:
+        got: list[tuple[bytes, zmq.Frame]] = []
+        size = 0
+        recv = self._pull.recv_multipart
+        for _ in range(_TURN):
+            try:
+                # without copying: the batch's bytes are copied by the consumer, so this
+                # thread holds the interpreter only briefly per message
+                frames = recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            heads = [f.bytes for f in frames[:3]]
+            bad = _bad_frames(heads, len(frames))
+            if bad:
+                self.rejected += 1
+                sender = heads[1].decode("utf-8", "replace") if len(heads) > 1 else "?"
+                self._complain(
+                    f"ZeroMQ logs on {self.endpoint}: dropped a message from {sender}: {bad}"
+                )
+                continue
+            got.append((heads[1], frames[3]))
+            size += len(frames[3])
+        if got:
+            with self._cond:
+                self._queue.extend(got)
+                self._queued_bytes += size
+                self.received += len(got)
+                self._cond.notify_all()
+
+    def _handshake_events(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind = event["event"]
+            address = event.get("endpoint", b"")
+            where = address.decode("utf-8", "replace") if isinstance(address, bytes) else address
+            if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                continue  # the ZAP handler said who and why
+            self.refused += 1
+            why = (
+                "a ZeroMQ protocol error (a client with another server public key, or without CURVE)"
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                else f"error {event.get('value')}"
+            )
+            log.warning(
+                "ZeroMQ logs on %s: the handshake with a client on %s failed: %s",
+                self.endpoint,
+                where,
+                why,
+            )
+
+    def _refuse(self, address: str, key: str) -> None:
+        self.refused += 1
+        log.warning(
+            "ZeroMQ logs on %s: refused a client from %s: its CURVE public key %s is not the "
+            "configured client_publickey",
+            self.endpoint,
+            address,
+            key,
+        )
+
+    def _close_sockets(self) -> None:
+        for name in ("_monitor", "_pull"):
+            sock = getattr(self, name, None)
+            if sock is not None:
+                if name == "_pull":
+                    with contextlib.suppress(zmq.ZMQError):
+                        sock.disable_monitor()
+                sock.close(0)
+        zap = getattr(self, "_zap", None)
+        if zap is not None:
+            zap.close()
+        self._context.term()
+
+    # --- the consumer's side --------------------------------------------------------------
+
+    def take(self, n: int, timeout: float | None) -> list[tuple[str, bytes, str]]:
+        """Up to ``n`` log batches as soon as there are some, as ``(topic, batch, sender)``;
+        ``[]`` after ``timeout`` seconds. Raises
+        :class:`~broker_spark.errors.ShutdownError` once closed and drained."""
+        out: list[tuple[str, bytes, str]] = []
+        for batch_sender, frame in self._wait(n, timeout):
+            batch = frame.bytes
+            sender = self._senders.get(batch_sender)
+            if sender is None:
+                sender = batch_sender.decode("utf-8", "replace")
+                if len(self._senders) > 4096:
+                    self._senders.clear()
+                self._senders[batch_sender] = sender
+            try:
+                header = read_header(batch)  # its columns, parsed once per log (cached)
+            except DecodeError as exc:
+                self.rejected += 1
+                self._complain(
+                    f"ZeroMQ logs on {self.endpoint}: dropped a batch from {sender}: {exc}"
+                )
+                continue
+            out.append((LOG_TOPIC_PREFIX + header.stream, batch, sender))
+        return out
+
+    def take_stamped(
+        self, n: int, timeout: float | None, clock_ns: Callable[[], int]
+    ) -> list[tuple[str, bytes, str, int]]:
+        """Like :meth:`take`, as spool records stamped with one ``clock_ns()`` read."""
+        items = self.take(n, timeout)
+        if not items:
+            return []
+        now = clock_ns()
+        return [(topic, payload, sender, now) for topic, payload, sender in items]
+
+    def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, zmq.Frame]]:
+        """Up to ``n`` batches (a batch becomes one or two messages), waiting for the first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    raise ShutdownError("the ZeroMQ log receiver is closed")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return []
+                self._cond.wait(remaining)
+            queue = self._queue
+            most = max(1, n)
+            taken = []
+            size = 0
+            while queue and len(taken) < most and size < TAKE_BYTES:
+                item = queue.popleft()
+                taken.append(item)
+                size += len(item[1])
+            self._queued_bytes -= size
+        return taken
+
+    @property
+    def queued(self) -> int:
+        """Batches received and not taken yet."""
+        return len(self._queue)
+
+    def close(self) -> None:
+        """Stop receiving and release the socket (idempotent; what is queued is dropped)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._cond.notify_all()
+
+    def __enter__(self) -> ZeroMQLogReceiver:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ZeroMQLogReceiver({self.endpoint!r}, received={self.received})"
+
+
+def _bad_frames(frames: list[bytes], count: int) -> str:
+    """What is wrong with a received message (its first frames, of ``count``) as a log
+    message ("" when nothing)."""
+    if count != 4:
+        return f"{count} frames, a log message has 4"
+    if frames[0] != LOG_MESSAGE_TYPE:
+        return f"frame 0 is {frames[0][:40]!r}, not {LOG_MESSAGE_TYPE!r}"
+    if frames[2] != LOG_SERIALIZER:
+        return (
+            f"serializer {frames[2][:40]!r}: only {LOG_SERIALIZER.decode()} is read "
+            "(Zeek's default Cluster::log_serializer)"
+        )
+    return ""
+
+
+def _wildcard_port(endpoint: str) -> str:
+    """``tcp://host:0`` as ZeroMQ spells "any free port" (``tcp://host:*``)."""
+    if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
+        return endpoint[:-1] + "*"
+    return endpoint
