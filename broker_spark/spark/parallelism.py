@@ -128,7 +128,8 @@ def session_parallelism(spark: Any) -> int | None:
         if found is not None:
             return found
         row = spark.sql(
-            f"SELECT max(spark_partition_id()) + 1 AS n FROM range(0, {_PROBE_ROWS})"
+            "SELECT max(slice) + 1 AS n FROM "
+            f"(SELECT spark_partition_id() AS slice FROM range(0, {_PROBE_ROWS}))"
         ).first()
         return _positive(row[0]) if row is not None else None
     except Exception as exc:  # a session that cannot say: the reader falls back

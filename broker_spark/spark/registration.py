@@ -59,19 +59,25 @@ def registered_source(parallelism: int | None) -> type:
     )
 
 
-def register(spark: Any) -> None:
+def register(spark: Any) -> bool:
     """Register the ``broker`` data source with ``spark`` (a SparkSession); idempotent.
 
-    Call it after the cluster's executors are up: the parallelism it records
-    is the one of that moment. In a thread other than the one that made the
-    session, call it in that thread before writing (see the module's docs).
+    Returns whether the source in use is the one registered here, sized for
+    the session's parallelism; False where Spark keeps the one it found by
+    itself (Spark 4.0), which splits micro-batches for the driver's cores
+    unless a query sets ``minPartitions``. Call it after the cluster's
+    executors are up: the parallelism it records is the one of that moment.
+    In a thread other than the one that made the session, call it in that
+    thread before writing (see the module's docs).
     """
     parallelism = session_parallelism(spark)
+    sized = True
     try:
         spark.dataSource.register(registered_source(parallelism))
     except Exception as exc:  # Spark wraps its errors in several exception types
         if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
             raise
+        sized = False
         log.info(
             "format('broker') was found by Spark already and cannot be replaced here: "
             "micro-batches are split for the driver's cores unless minPartitions is set"
@@ -80,6 +86,7 @@ def register(spark: Any) -> None:
         log.info("format('broker') registered for a parallelism of %s", parallelism)
     if not is_connect_session(spark):
         _activate_in_this_thread(spark)
+    return sized
 
 
 def _activate_in_this_thread(spark: Any) -> None:
