@@ -121,8 +121,8 @@ class _Daemons:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
         self.procs.clear()
-        _wait_group_gone = time.monotonic() + 10
-        while os.path.exists(self.root) and time.monotonic() < _wait_group_gone:
+        deadline = time.monotonic() + 10
+        while os.path.exists(self.root) and time.monotonic() < deadline:
             shutil.rmtree(self.root, ignore_errors=True)
             if os.path.exists(self.root):  # a child still writing its last lines
                 time.sleep(0.2)
@@ -145,7 +145,36 @@ def _wait(predicate: Any, timeout: float, what: str, daemons: _Daemons) -> Any:
         time.sleep(0.2)
 
 
-class StandaloneCluster:
+class _Service:
+    """Daemons started together and stopped together (also as a context manager)."""
+
+    _daemons: _Daemons | None = None
+
+    def start(self, timeout: float = 120.0) -> Any:
+        daemons = self._daemons = _Daemons(PREFIX)
+        try:
+            self._start(daemons, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, daemons: _Daemons, timeout: float) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        daemons, self._daemons = self._daemons, None
+        if daemons is not None:
+            daemons.stop()
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StandaloneCluster(_Service):
     """A Spark standalone cluster on loopback, started from pyspark's ``spark-class``."""
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
@@ -155,20 +184,10 @@ class StandaloneCluster:
         self.master_url = ""
         self.web_url = ""
         self.worker_dirs: list[str] = []
-        self._daemons: _Daemons | None = None
 
     @property
     def total_cores(self) -> int:
         return self.workers * self.cores
-
-    def start(self, timeout: float = 90.0) -> StandaloneCluster:
-        daemons = self._daemons = _Daemons(PREFIX)
-        try:
-            self._start(daemons, timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self, daemons: _Daemons, timeout: float) -> None:
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
@@ -258,39 +277,18 @@ class StandaloneCluster:
         assert self._daemons is not None
         _wait(registered, timeout, f"{count} executors", self._daemons)
 
-    def stop(self) -> None:
-        daemons, self._daemons = self._daemons, None
-        if daemons is not None:
-            daemons.stop()
 
-    def __enter__(self) -> StandaloneCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class ConnectServer:
+class ConnectServer(_Service):
     """``SparkConnectServer`` in a JVM of its own (``spark-submit``), on a loopback port."""
 
     def __init__(self, master: str = "local[2]", conf: dict[str, str] | None = None) -> None:
         self.master = master
         self.conf = dict(conf or {})
         self.port = 0
-        self._daemons: _Daemons | None = None
 
     @property
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 120.0) -> ConnectServer:
-        daemons = self._daemons = _Daemons(PREFIX)
-        try:
-            self._start(daemons, timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self, daemons: _Daemons, timeout: float) -> None:
         self.port = free_port()
@@ -323,14 +321,3 @@ class ConnectServer:
         with socket.socket() as s:
             s.settimeout(1)
             return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def stop(self) -> None:
-        daemons, self._daemons = self._daemons, None
-        if daemons is not None:
-            daemons.stop()
-
-    def __enter__(self) -> ConnectServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

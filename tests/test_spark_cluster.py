@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import spark_fixtures
 from spark_cluster import StandaloneCluster, python_env
-from spark_fixtures import PeerWatch, drain_until, running, wait_for
+from spark_fixtures import PeerWatch, drain_until, replay_logs, running
 from zeek_recordings import recording
 
 import broker_spark as broker
@@ -143,7 +143,7 @@ def test_a_stream_read_and_written_back_runs_on_both_executors(
         watch.wait_subscribed("in/")
         hub.publish_batch(*[("in/x", i) for i in range(count)])
         drain_until(query, arrived, count, timeout=120)
-        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
     watch.close()
     assert {topic for topic, _ in received} == {"copy/in/x"}
     values = sorted((value for _, value in received), key=lambda v: v[1])  # by offset
@@ -204,21 +204,7 @@ def test_zeek_logs_read_on_the_executors(
     )
     before = set(hub._core.peer_filters())
     with running(query):
-        wait_for(
-            lambda: any(
-                peer not in before and any(str(t).startswith("zeek/logs") for t in f)
-                for peer, f in hub._core.peer_filters().items()
-            ),
-            60,
-            "the reader's subscription",
-        )
-        hub.publish_encoded(rec.data)
-        drain_until(
-            query,
-            lambda: spark.sql("SELECT count(*) FROM cluster_dns").first()[0],
-            expected,
-            timeout=120,
-        )
+        replay_logs(spark, hub, rec.data, {"cluster_dns": expected}, before)
     rows = spark.sql("SELECT * FROM cluster_dns").collect()
     assert len(rows) == expected and {r["_path"] for r in rows} == {"dns"}
     zeeks_own = [json.loads(line) for line in rec.local_lines("dns")]

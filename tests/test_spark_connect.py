@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import spark_fixtures
 from spark_cluster import ConnectServer
-from spark_fixtures import PeerWatch, drain_until, running, wait_for
+from spark_fixtures import PeerWatch, drain_until, replay_logs, running, wait_for
 from zeek_recordings import recording
 
 import broker_spark as broker
@@ -201,21 +201,7 @@ def test_zeek_logs(spark: Any, hub: broker.Endpoint) -> None:
         .start()
     )
     with running(query):
-        wait_for(
-            lambda: any(
-                peer not in before and any(str(t).startswith("zeek/logs") for t in f)
-                for peer, f in hub._core.peer_filters().items()
-            ),
-            60,
-            "the reader's subscription",
-        )
-        hub.publish_encoded(rec.data)
-        drain_until(
-            query,
-            lambda: spark.sql("SELECT count(*) FROM connect_dns").first()[0],
-            expected,
-            timeout=120,
-        )
+        replay_logs(spark, hub, rec.data, {"connect_dns": expected}, before)
     rows = spark.sql("SELECT * FROM connect_dns").collect()
     zeeks_own = [json.loads(line) for line in rec.local_lines("dns")]
     assert sorted((r["uid"], r["query"]) for r in rows) == sorted(
