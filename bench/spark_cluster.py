@@ -3,7 +3,7 @@
 Usage: ``python bench/spark_cluster.py [--quick] [--json] [--seconds S] [--rows N]``
 
 One run, same data for every row: a Spark standalone cluster on loopback
-(``tests/spark_cluster.py``: a master and two workers of one core each, from
+(``tests/spark_daemons.py``: a master and two workers of one core each, from
 the venv's pyspark) and, beside it, the local-mode figure:
 
 - **local**: ``local[2]``, the driver's JVM runs the tasks (``partitionData=auto``
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import spark_stream  # noqa: E402
-from spark_cluster import StandaloneCluster, python_env  # noqa: E402
+from spark_daemons import StandaloneCluster, python_env  # noqa: E402
 
 #: Roles of ``spark_stream.CpuSampler`` by side. In local mode the driver's JVM ("jvm") runs
 #: the tasks too, and its Python workers (``pyspark.daemon`` and what it forks) do the tasks'
@@ -73,7 +73,7 @@ def _session(master_conf: dict[str, str], name: str) -> Any:
     }.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(os.environ.get("BENCH_SPARK_LOG_LEVEL", "ERROR"))
     return spark
 
 

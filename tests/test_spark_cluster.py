@@ -1,6 +1,6 @@
 """The connector on a real Spark standalone cluster: one master, two single-core workers.
 
-The cluster (:class:`spark_cluster.StandaloneCluster`) runs from the venv's
+The cluster (:class:`spark_daemons.StandaloneCluster`) runs from the venv's
 pyspark on loopback; its workers' work, block manager and temporary folders
 are their own, so executors get from the driver only what Spark ships them.
 The driver is this process: a classic SparkSession with the cluster as its
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import spark_fixtures
-from spark_cluster import StandaloneCluster, python_env
+from spark_daemons import StandaloneCluster, python_env
 from spark_fixtures import PeerWatch, drain_until, replay_logs, running
 from zeek_recordings import recording
 

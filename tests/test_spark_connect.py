@@ -1,7 +1,7 @@
 """The connector through Spark Connect, as Databricks' serverless and shared clusters run it.
 
 A ``SparkConnectServer`` (``local[2]``) runs in a JVM of its own
-(:class:`spark_cluster.ConnectServer`); this process is a pure Connect client:
+(:class:`spark_daemons.ConnectServer`); this process is a pure Connect client:
 no JVM, no SparkContext, so anything of ours that reached for ``_jvm`` or
 ``sparkContext`` on the client would fail here. The source is registered the
 way a Connect user does it, with ``register(spark)`` from the client (Spark
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import spark_fixtures
-from spark_cluster import ConnectServer
+from spark_daemons import ConnectServer
 from spark_fixtures import PeerWatch, drain_until, replay_logs, running, wait_for
 from zeek_recordings import recording
 
