@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-cluster test-spark-versions demo lint format bench clean
+.PHONY: test test-slow test-cluster test-spark-versions demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# Tests that start Spark drivers of their own (a driver killed and restarted, ...): too slow
+# for the 5-minute suite, so a step of their own; CI runs it after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 # The connector beyond one process, each in a pytest process of its own (a classic driver
 # and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two

@@ -16,7 +16,9 @@ What is measured, on a local SparkSession (``local[2]``), in one run:
   rows). Run three times: Spark's defaults (``partitionData=auto``: in this
   local session the tasks show they run in the driver's JVM after the first
   batch and read the reader's spool from then on), partitions carrying their
-  records (``inline``, what a cluster gets) and a named shared spool (``spool``).
+  records (``inline``, what a cluster gets) and a named shared spool (``spool``,
+  received in the reader's own process: ``receiver=false``). Without a
+  ``spoolPath`` (the first two) the spool is private, as by default.
   A third run paces the publisher at 20,000 events/s, below what the query
   keeps up with, for the delay of a query that is not saturated (a
   saturated one's delay is its backlog). A fourth publishes the same events
@@ -360,8 +362,9 @@ def bench_read(
         .option("peer", f"127.0.0.1:{port}")
         .option("ssl.disable", "true")
         .option("partitionData", partition_data)
-        .option("spoolPath", spool)
     )
+    if partition_data == "spool":  # a named spool, received in the reader's own process
+        reader = reader.option("spoolPath", spool).option("receiver", "false")
     sampler = CpuSampler().__enter__()
     query = reader.load().writeStream.format("noop").trigger(processingTime=TRIGGER).start()
     try:

@@ -221,8 +221,6 @@ def bench_stream(
     trigger: str | None = None,
     **options: str,
 ) -> dict[str, Any]:
-    import tempfile
-
     from spark_stream import CpuSampler, _per_row, _receive, _sustained
 
     ctx = mp.get_context("spawn")
@@ -232,7 +230,6 @@ def bench_stream(
     )
     proc.start()
     port = _receive(ours, proc, 60.0)
-    spool = tempfile.mkdtemp(prefix="bench-zeek-spool-")
     sampler = CpuSampler().__enter__()
     query: Any = (
         spark.readStream.format("broker")
@@ -241,7 +238,6 @@ def bench_stream(
         .option("peer", f"127.0.0.1:{port}")
         .option("ssl.disable", "true")
         .option("schemaWait", "0")
-        .option("spoolPath", spool)
         .options(**options)
         .load()
         .writeStream.format("noop")
@@ -265,9 +261,6 @@ def bench_stream(
             ours.send("done")
         proc.join(10)
         sampler.__exit__()
-        import shutil
-
-        shutil.rmtree(spool, ignore_errors=True)
     sustained, rows, elapsed = _sustained(progress)
     return {
         "offered_rate": rate,

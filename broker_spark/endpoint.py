@@ -294,16 +294,31 @@ class Endpoint:
         return manager_for(self).listen(address, port, **options)
 
     def web_socket_peer(
-        self, url: str, topics: Any = (), retry: float = 10.0, **options: Any
+        self,
+        url: str,
+        topics: Any = (),
+        retry: float = 10.0,
+        publish_topics: Any = None,
+        **options: Any,
     ) -> bool:
-        """Bridge to a remote WebSocket API (e.g. a Zeek manager) for ``topics``, both ways.
+        """Bridge to a remote WebSocket API (e.g. a Zeek): receive what is published on
+        ``topics`` there; send what this endpoint publishes, on any topic (or, with
+        ``publish_topics``, what it publishes or forwards on those prefixes), paced so the
+        server's queue is never overrun.
 
         True once the remote acked; reconnects every ``retry`` seconds (0: once).
         Options: see :meth:`broker_spark.websocket.manager.WebSocketManager.peer`.
         """
         from broker_spark.websocket.manager import manager_for
 
-        return manager_for(self).peer(url, topics, retry, **options)
+        return manager_for(self).peer(url, topics, retry, publish_topics=publish_topics, **options)
+
+    def web_socket_flush(self, url: str, timeout: float = 30.0) -> bool:
+        """True once the bridge to ``url`` sent all this endpoint published and the server
+        answered that it processed it; False after ``timeout`` seconds or without a bridge."""
+        from broker_spark.websocket.manager import manager_for
+
+        return manager_for(self).flush(url, timeout)
 
     def web_socket_unpeer(self, url: str) -> bool:
         """Stop the bridge :meth:`web_socket_peer` made to ``url``; False if there is none."""

@@ -55,6 +55,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    receivers = _stop_receivers_under(_run_tmp)
+    if receivers:
+        left = [*left, *(f"receiver process {pid} of {path}" for pid, path in receivers)]
     shutil.rmtree(_run_tmp, ignore_errors=True)
     if _outer_tmp is None:
         os.environ.pop("TMPDIR", None)
@@ -67,3 +70,28 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         if reporter is not None:
             reporter.write_line(f"ERROR {text}", red=True)
         session.exitstatus = 1
+
+
+def _stop_receivers_under(root: str) -> list[tuple[int, str]]:
+    """Receiver processes (``spoolPath`` receivers) of spools under ``root`` still running:
+    a test that starts one must stop it. They are stopped here, and reported."""
+    import contextlib
+    import signal
+
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                words = [w.decode(errors="replace") for w in f.read().split(b"\0")]
+        except OSError:
+            continue
+        if "broker_spark.spark.relay.receiver" not in words:
+            continue
+        paths = [w for w in words if w.startswith(root)]
+        if paths:
+            found.append((int(name), paths[0]))
+            with contextlib.suppress(OSError):
+                os.kill(int(name), signal.SIGKILL)
+    return found

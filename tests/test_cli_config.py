@@ -65,6 +65,9 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("master = 1\n", "master must be an array of tables"),
         ("[log]\nlevel = 'loud'\n", "[log] level must be one of"),
         ("[endpoint\n", "invalid TOML"),
+        ("[spool]\ndirs = 'x'\n", "unknown key 'dirs' in [spool] (did you mean 'dir'?)"),
+        ("[spool]\nretention_bytes = 0\n", "[spool] retention_bytes must be positive"),
+        ("[spool]\nrelay = 'here'\n", "[spool] relay: 'here' is not HOST:PORT"),
     ],
 )
 def test_bad_configs_name_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -129,3 +132,24 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert [(m.name, m.backend, m.path) for m in s.masters] == [("m", "sqlite", "/tmp/m.db")]
     no_listen = settings_from(build_parser().parse_args(["node", "--no-listen"]))
     assert no_listen.listen is None and no_listen == NodeSettings(listen=None)
+
+
+def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "[spool]\ndir = 'spool'\ntopics = ['zeek/logs/']\nrelay = '0.0.0.0:9990'\n"
+        "retention_bytes = 4096\nretention_seconds = 60\n",
+    )
+    s = load_node_config(path)
+    assert (s.spool_dir, s.spool_topics, s.relay) == (
+        str(tmp_path / "spool"),
+        ["zeek/logs/"],
+        ("0.0.0.0", 9990),
+    )
+    assert (s.spool_retention_bytes, s.spool_retention_seconds) == (4096, 60.0)
+    args = build_parser().parse_args(
+        ["node", "--config", str(path), "--spool-retention", "1m", "--no-relay"]
+    )
+    flags = settings_from(args)
+    assert (flags.spool_retention_bytes, flags.relay) == (1 << 20, None)
+    assert main(["node", "--subscribe", "zeek/", "--no-tls"]) == 2  # topics without a spool

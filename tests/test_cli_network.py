@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 import xml.etree.ElementTree as ET
@@ -11,7 +12,7 @@ import pytest
 from test_cli_support import chain, plain_endpoint, wait_until
 
 from broker_spark.cli import main
-from broker_spark.data import Count
+from broker_spark.data import Count, Port
 from broker_spark.data.types import Timespan
 from broker_spark.zeek import Event
 
@@ -86,6 +87,35 @@ def test_publish_events_from_lines(node, tmp_path: Path) -> None:
     path.write_text('["a", 1]\n["b", 2]\n')
     assert main(["publish", "/t", "--event", "e", "--file", str(path), *_peer(port)]) == 0
     assert [Event(v).args() for _, v in sub.get(2, 5.0)] == [["a", 1], ["b", 2]]
+
+
+def test_publish_typed_events_of_a_signature(node, tmp_path: Path, capsys) -> None:
+    """--signature: arguments (VALUEs, or lines as arrays or objects by name) get Zeek's types."""
+    ep, port, sub, _ = node
+    sig = "Intel::seen(indicator: string, host: addr, p: port, n: count)"
+    argv = ["publish", "/t", "--signature", sig, '"evil.com"', '"10.0.0.1"', '"80/tcp"', "3"]
+    assert main(argv + _peer(port)) == 0
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        '["a.com", "10.0.0.2", "53/udp", 4]\n'
+        '{"n": 5, "p": "0/unknown", "host": "::1", "indicator": "b.com"}\n'
+        '["c.com", "10.0.0.3", "22/tcp", -1]\n'
+    )
+    assert main(["publish", "/t", "--signature", sig, "--file", str(path), *_peer(port)]) == 1
+    assert "line 3: argument n (count): -1 is out of range" in capsys.readouterr().err
+    events = [Event(v) for _, v in sub.get(3, 5.0)]
+    assert {e.name() for e in events} == {"Intel::seen"}
+    assert [e.args() for e in events] == [
+        ["evil.com", ipaddress.ip_address("10.0.0.1"), Port(80, Port.TCP), Count(3)],
+        ["a.com", ipaddress.ip_address("10.0.0.2"), Port(53, Port.UDP), Count(4)],
+        ["b.com", ipaddress.ip_address("::1"), Port(0, Port.Unknown), Count(5)],
+    ]
+    assert type(events[0].args()[3]) is Count
+    bad = ["publish", "/t", "--signature", sig, '"x"', '"not an address"', '"80/tcp"', "1"]
+    assert main(bad + _peer(port)) == 2
+    assert "argument host (addr): 'not an address' is not an addr" in capsys.readouterr().err
+    assert main(["publish", "/t", "--signature", "seen(n count)", "1", *_peer(port)]) == 2
+    assert "--signature: expected ':'" in capsys.readouterr().err
 
 
 def test_publish_waits_for_a_subscriber_when_asked(node, capsys) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 
 import pytest
 
 import broker_spark as broker
 from broker_spark.config import DEFAULT_QUEUE_BYTES
 from broker_spark.core import memory_link
-from broker_spark.core.queues import ITEM_OVERHEAD
+from broker_spark.core.queues import ITEM_OVERHEAD, Source
 from broker_spark.data.binary import encode as broker_spark_encode
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -218,3 +219,42 @@ def test_qsize_stays_a_ceiling_for_the_dropping_policies(pair):
     a.publish_batch(*[("/t", i) for i in range(1000)], ("/end", 0))
     assert end.get(5.0) == ("/end", 0)
     assert len(sub.poll()) == 20 and sub.dropped() == 980
+
+
+class _TakenWhileChecked(deque):
+    """Fault injected, and said so: the first time the producer finds the source full, the
+    core takes everything before the producer goes on (the interleaving a thread switch can
+    make between the check and the producer's flag), on a thread of its own."""
+
+    def __init__(self, source: Source, *items: object) -> None:
+        super().__init__(items)
+        self.source = source
+        self.injected = False
+
+    def __len__(self) -> int:
+        n = super().__len__()
+        if not self.injected and n >= self.source.capacity:
+            self.injected = True
+            core = threading.Thread(target=self.source.take, args=(64,), daemon=True)
+            core.start()
+            core.join(0.2)  # it may block on the lock the producer holds: then it notifies later
+        return n
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["put", "put_many with fd()"])
+def test_a_core_that_takes_between_the_check_and_the_flag_still_wakes_the_producer(
+    watched: bool,
+) -> None:
+    source = Source(capacity=2, schedule=lambda src: None)
+    if watched:
+        source.fd()  # a publisher's demand descriptor: the locked path checks for room itself
+        source.items = _TakenWhileChecked(source, ("a",), ("b",))
+        producer = threading.Thread(target=source.put_many, args=([("c",)],), daemon=True)
+    else:  # the check in the wait itself (put and put_many call it when full)
+        source.items = _TakenWhileChecked(source, ("a",), ("b",))
+        producer = threading.Thread(target=source._wait_room, daemon=True)
+    producer.start()
+    producer.join(5.0)
+    assert not producer.is_alive(), "the producer waits for room that is there"
+    assert source.items.injected and len(source.items) <= 1
+    source.release()

@@ -32,7 +32,7 @@ def _stream(spark: Any, schema: str | None = None, **options: str) -> Any:
         ),
         ({"topics": "a", "peer": "localhost"}, r"option peer='localhost': expected host:port"),
         ({"topics": "a", "peer": "h:99999"}, r"option peer='h:99999': port 99999 is out of range"),
-        ({"topics": "a"}, r"option listen/peer/websocket: one of them is required"),
+        ({"topics": "a"}, r"option listen/peer/websocket/relay: one of them is required"),
         ({"topics": "a", "peer": "h:1", "startingOffsets": "now"}, r"option startingOffsets"),
         ({"topics": "a", "peer": "h:1", "maxRecordsPertrigger": "0"}, r"maxRecordsPerTrigger"),
         ({"topics": "a", "peer": "h:1", "topicz": "b"}, r"unknown option \(did you mean topics"),

@@ -147,7 +147,7 @@ def test_tls_options_fill_an_endpoint_configuration() -> None:
     ("options", "option", "text"),
     [
         ({**PEER}, "topics", "is required"),
-        ({"topics": "/a"}, "listen/peer/websocket", "required"),
+        ({"topics": "/a"}, "listen/peer/websocket/relay", "required"),
         ({"topics": " , ", **PEER}, "topics", "names nothing"),
         ({"topics": "/a", "store": "s", **PEER}, "store", "contradicts topics"),
         ({"topics": "/a", "peer": "nohost"}, "peer", "host:port"),

@@ -32,10 +32,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _reader(hub: broker.Endpoint, **extra: str) -> BrokerStreamReader:
+    """A reader of the hub's topics; with a spoolPath, it receives in its own process unless
+    the test asks for a receiver (tests/test_spark_receiver.py is about those)."""
     options = {
         "topics": "zeek/",
         "peer": f"127.0.0.1:{hub.hub_port}",
         "ssl.disable": "true",
+        "receiver": "false",
         **extra,
     }
     opts = parse_reader_options(options)

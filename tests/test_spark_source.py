@@ -24,6 +24,7 @@ from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark.compat import HAS_ADMISSION_CONTROL
 from broker_spark.spark.local_executors import MARKER_NAME
 from broker_spark.spark.private_spool import PREFIX as PRIVATE_PREFIX
+from broker_spark.spark.relay.attach import stop_receiver
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
@@ -167,6 +168,7 @@ def test_restart_resumes_without_loss_or_duplicates(
         watch.wait_subscribed(TOPIC)
         _publish(hub, 0, 30)
         drain_until(first, lambda: len(seen()), 30)
+    _publish(hub, 30, 10)  # no query runs: the spoolPath's receiver keeps them
     # Forget the last batch's commit: the restarted query must plan it again, same offsets.
     commits = os.path.join(checkpoint, "commits")
     last = max(int(name) for name in os.listdir(commits) if name.isdigit())
@@ -174,10 +176,10 @@ def test_restart_resumes_without_loss_or_duplicates(
         if os.path.exists(os.path.join(commits, name)):
             os.remove(os.path.join(commits, name))
     with running(start()) as second:
-        watch.wait_added(2)
-        watch.wait_subscribed(TOPIC)
-        _publish(hub, 30, 30)
+        _publish(hub, 40, 20)
         drain_until(second, lambda: len(seen()), 60)
+    watch.wait_added(1)
+    assert (watch.added, watch.removed) == (1, 0)  # one peering all along: the receiver's
     # partitionData=auto: a task saw that it runs in the reader's JVM (local mode), so
     # later batches were read from the spool by the tasks themselves
     with open(os.path.join(spool, MARKER_NAME), encoding="utf-8") as f:
@@ -205,6 +207,7 @@ def test_restart_resumes_without_loss_or_duplicates(
         assert len(got) >= 3  # the read limit applies to availableNow too
     else:  # Spark 4.0 and 4.1 ask a Python source for its end once: one batch
         assert len(got) == 1
+    assert stop_receiver(spool)
     watch.close()
 
 

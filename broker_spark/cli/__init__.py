@@ -1,7 +1,8 @@
 """The ``broker-spark`` command (also ``python -m broker_spark``).
 
 Subcommands live one module each (``node``, ``publish``, ``subscribe``,
-``logs``, ``store``, ``network`` for status and topology, ``certs``,
+``logs``, ``store``, ``network`` for status and topology, ``spool_status``
+for spools and their receivers, ``certs``,
 ``demo``, ``bench``); each registers its parser and sets ``run``. This module builds
 the parser, sets up logging and turns every failure into one line on stderr
 and an exit status:
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         network,
         node,
         publish,
+        spool_status,
         store,
         subscribe,
     )
@@ -108,7 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (node, publish, subscribe, logs, store, network, certs, demo, bench):
+    for module in (
+        node,
+        publish,
+        subscribe,
+        logs,
+        store,
+        network,
+        spool_status,
+        certs,
+        demo,
+        bench,
+    ):
         module.register(sub)
     return parser
 

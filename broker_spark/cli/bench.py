@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "websocket": ("--quick",),
     "store": ("--quick",),
     "spark_stream": ("--quick",),
+    "typed_writes": ("--quick",),
 }
 
 

@@ -10,7 +10,9 @@ e.g. "connection refused" or a TLS mismatch).
 arrived before the process ends: it waits until the endpoint took everything
 queued, then unpeers, which sends Broker's goodbye ping behind the data; the
 node answers it only after reading everything before it, and the connection
-closes on that answer. Only then does the endpoint shut down.
+closes on that answer (over ``--ws``: until the server answered the last
+flow-control probe, which it does once it processed everything before it).
+Only then does the endpoint shut down.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ class Client:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def connect(self, topics: tuple[str, ...] = ()) -> None:
-        """Peer (or bridge ``topics`` over the WebSocket API); CliError when it cannot."""
+        """Peer (or connect to the WebSocket API, subscribing to ``topics``; what this
+        endpoint publishes goes there on any topic); CliError when it cannot."""
         ep = self.endpoint
         deadline = time.monotonic() + self.wait
         while True:
@@ -120,7 +123,11 @@ class Client:
                 )
             time.sleep(0.005)
         if self.ws:
+            # The server answers the bridge's last probe once it processed everything.
+            confirmed = ep.web_socket_flush(self.ws, max(0.0, deadline - time.monotonic()))
             ep.web_socket_unpeer(self.ws)
+            if publisher is not None and not confirmed:
+                raise CliError(f"{self.target} did not confirm it processed the messages")
         else:
             ep.unpeer(self.peer[0], self.peer[1])
             while connection_count(ep) and time.monotonic() < deadline:

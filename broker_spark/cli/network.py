@@ -23,6 +23,8 @@ from typing import Any
 from broker_spark.cli.args import add_connect_arguments
 from broker_spark.cli.errors import CliError
 from broker_spark.cli.node_ids import short
+from broker_spark.cli.spool_status import add_status_arguments, run_spool_status
+from broker_spark.cli.tables import table
 
 __all__ = ["Network", "network_from_snapshot", "register", "run_status", "run_topology"]
 
@@ -111,11 +113,14 @@ def register(sub: Any) -> None:
         "status",
         help="a node's peers, routes and subscriptions",
         description="Peer with a node and print its peers, the endpoints it reaches (with "
-        "the path to each) and everyone's subscriptions.",
-        epilog="example:\n  broker-spark status --peer 127.0.0.1:9999",
+        "the path to each) and everyone's subscriptions; or, with --spool or --relay, a "
+        "spool's receiver or relay: peers, offsets, size, oldest record, readers and lag.",
+        epilog="examples:\n  broker-spark status --peer 127.0.0.1:9999\n"
+        "  broker-spark status --spool /data/spool\n  broker-spark status --relay 10.0.0.5:9998",
     )
     s.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_connect_arguments(s)
+    add_status_arguments(s)
     s.set_defaults(run=run_status)
     t = sub.add_parser(
         "topology",
@@ -127,15 +132,6 @@ def register(sub: Any) -> None:
     t.add_argument("--out", required=True, metavar="FILE", help="SVG file to write (- for stdout)")
     add_connect_arguments(t)
     t.set_defaults(run=run_topology)
-
-
-def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in rows
-        if r
-    ]
 
 
 def _subs(prefixes: list[str]) -> str:
@@ -156,7 +152,7 @@ def format_status(net: Network) -> list[str]:
     if peers:
         rows = [["ENDPOINT", "SUBSCRIPTIONS"]]
         rows += [[short(p), _subs(net.filters.get(p, []))] for p in peers]
-        lines += _table(rows)
+        lines += table(rows)
     lines.append(f"routes         {len(net.routes)} endpoint(s) reachable")
     if net.routes:
         rows = [["ENDPOINT", "HOPS", "VIA", "SUBSCRIPTIONS"]]
@@ -165,11 +161,13 @@ def format_status(net: Network) -> list[str]:
             route = net.routes[n]
             via = " > ".join(short(h) for h in route[:-1]) or "-"
             rows.append([short(n), str(len(route)), via, _subs(net.filters.get(n, []))])
-        lines += _table(rows)
+        lines += table(rows)
     return lines
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.spool is not None or args.relay is not None:
+        return run_spool_status(args)
     net = inspect_network(args)
     text = json.dumps(net.as_dict(), indent=2) if args.json else "\n".join(format_status(net))
     sys.stdout.write(text + "\n")

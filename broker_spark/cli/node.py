@@ -2,8 +2,8 @@
 
 On start it prints, on stdout, one line per fact a script may need, and
 nothing else: ``node <id>``, ``listening on HOST:PORT``, ``websocket
-listening on HOST:PORT`` and finally ``ready`` (ports are the bound ones, so
-port 0 works). Peer events and errors go to the log (stderr). SIGINT or
+listening on HOST:PORT``, ``relay listening on HOST:PORT`` (``--spool``) and
+finally ``ready`` (ports are the bound ones, so port 0 works). Peer events and errors go to the log (stderr). SIGINT or
 SIGTERM shuts the endpoint down cleanly (goodbyes to peers, stores closed)
 and exits 0.
 
@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from broker_spark.cli.args import add_tls_arguments, check_tls, host_port, positive_float
-from broker_spark.cli.errors import CliError
+from broker_spark.cli.errors import CliError, UsageError
 from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
 
 __all__ = ["register", "run", "serve"]
@@ -36,6 +36,15 @@ def _master_spec(text: str) -> StoreSpec:
     if backend == "sqlite" and not path:
         raise argparse.ArgumentTypeError(f"{text!r}: the sqlite backend needs a path")
     return StoreSpec(name, backend, path or None)
+
+
+def _size(text: str) -> int:
+    from broker_spark.cli.spool_node import size_value
+
+    try:
+        return size_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -98,6 +107,37 @@ def register(sub: Any) -> None:
         metavar="TOPIC",
         help="where the logs arrive (repeatable; default zeek/logs/)",
     )
+    spool = p.add_argument_group(
+        "relay",
+        "Keep what arrives on some topics in a durable spool and serve it to Spark readers "
+        '(.option("relay", HOST:PORT)), which replay from their checkpoint: see docs/relay.md.',
+    )
+    spool.add_argument("--spool", metavar="DIR", help="append what arrives to the spool in DIR")
+    spool.add_argument(
+        "--subscribe",
+        action="append",
+        metavar="PREFIX",
+        help="topics the spool keeps (repeatable; e.g. zeek/logs/)",
+    )
+    spool.add_argument(
+        "--relay",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="serve the spool to readers here (default 127.0.0.1:9998; TLS as peerings)",
+    )
+    spool.add_argument("--no-relay", action="store_true", help="keep the spool, serve nobody")
+    spool.add_argument(
+        "--spool-retention",
+        type=_size,
+        metavar="SIZE",
+        help="drop the oldest records beyond this size (default 1g)",
+    )
+    spool.add_argument(
+        "--spool-max-age",
+        type=positive_float,
+        metavar="SECONDS",
+        help="drop records older than this (default 7 days)",
+    )
     p.add_argument("--ttl", type=int, help="hops a message may travel (default 16)")
     p.add_argument(
         "--no-forwarding", action="store_true", help="never forward messages between peers"
@@ -123,6 +163,11 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("log_dir", "log_dir"),
         ("log_rotate", "log_rotate"),
         ("log_topic", "log_topics"),
+        ("spool", "spool_dir"),
+        ("subscribe", "spool_topics"),
+        ("relay", "relay"),
+        ("spool_retention", "spool_retention_bytes"),
+        ("spool_max_age", "spool_retention_seconds"),
         ("cert", "certificate"),
         ("key", "key"),
         ("ca", "cafile"),
@@ -132,6 +177,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         value = getattr(args, flag)
         if value is not None:
             setattr(s, name, value)
+    if args.no_relay:
+        s.relay = None
     if args.no_tls:
         s.disable_ssl = True
     if args.ttl is not None:
@@ -167,12 +214,15 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
 
     config = settings.configuration()
     check_tls(config)
+    relay = _relay_node(settings)
     endpoint = Endpoint(config)
     logger = None
     sink = None
     try:
         errors = endpoint.make_status_subscriber()
         _say(f"node {endpoint.node_id()}")
+        if relay is not None:  # subscribed before any peering, as the log sink
+            relay.subscribe(endpoint)
         if settings.log_dir:  # subscribed before any peering: peers learn it in the handshake
             from broker_spark.cli.log_dir import LogDirectory, LogSink
 
@@ -210,6 +260,10 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
         for peer in settings.peers:
             log.info("peering with %s (redialling every %g s)", _where(peer), settings.retry)
             endpoint.peer_nosync(peer[0], peer[1], settings.retry)
+        if relay is not None:
+            port = relay.start(_relay_tls(config))
+            if port is not None and settings.relay is not None:
+                _say(f"relay listening on {_where((settings.relay[0], port))}")
         _say("ready")
         while not stop.wait(0.5):
             pass
@@ -219,7 +273,45 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
             logger.stop()
         if sink is not None:
             sink.stop()
+        if relay is not None:
+            relay.stop()
         endpoint.shutdown()
+
+
+def _relay_node(settings: NodeSettings) -> Any:
+    """The spool and relay of ``--spool`` (None without it)."""
+    if not settings.spool_dir:
+        if settings.spool_topics:
+            raise UsageError("--subscribe is for the spool: give --spool DIR too")
+        return None
+    from broker_spark.cli.spool_node import RelayNode, SpoolSettings
+
+    return RelayNode(
+        SpoolSettings(
+            settings.spool_dir,
+            list(settings.spool_topics),
+            settings.relay,
+            settings.spool_retention_bytes,
+            settings.spool_retention_seconds,
+        )
+    )
+
+
+def _relay_tls(config: Any) -> Any:
+    """The relay's server TLS context: the node's own TLS settings (None: plain TCP)."""
+    from broker_spark.core.tls import TLSSettings, make_contexts
+
+    contexts = make_contexts(
+        TLSSettings(
+            disable_ssl=bool(config.options.disable_ssl),
+            certificate=config.openssl_certificate,
+            key=config.openssl_key,
+            cafile=config.openssl_cafile,
+            capath=config.openssl_capath,
+            passphrase=config.openssl_passphrase,
+        )
+    )
+    return contexts.server if contexts is not None else None
 
 
 def _reason(errors: Any) -> str:

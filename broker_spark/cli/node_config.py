@@ -33,6 +33,13 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     [log]
     level = "info"
 
+    [spool]                       # keep what arrives for Spark readers to replay (a relay)
+    dir = "spool"                 # the spool's folder
+    topics = ["zeek/logs/"]       # what it keeps
+    relay = "127.0.0.1:9998"      # where readers connect (TLS as [tls]); false: nobody
+    retention_bytes = 1073741824  # drop the oldest beyond this size
+    retention_seconds = 604800    # or beyond this age
+
     [logs]                        # write Zeek's logs received here into files, as its logger
     dir = "zeek-logs"             # one PATH.log per log (conn.log, dns.log, ...)
     rotate = 3600                 # seconds between rotations (0: never)
@@ -67,6 +74,9 @@ BACKENDS = ("memory", "sqlite")
 
 #: Default address to accept peers on (Broker's customary port, loopback only).
 DEFAULT_LISTEN: HostPort = ("127.0.0.1", 9999)
+
+#: Default address of a spool's relay (readers replay from it).
+DEFAULT_RELAY: HostPort = ("127.0.0.1", 9998)
 
 
 class ConfigError(UsageError):
@@ -104,6 +114,11 @@ class NodeSettings:
     log_dir: str | None = None  # write received Zeek logs into this directory
     log_rotate: float = 3600.0
     log_topics: list[str] = field(default_factory=lambda: ["zeek/logs/"])
+    spool_dir: str | None = None  # keep what arrives on spool_topics here, for readers
+    spool_topics: list[str] = field(default_factory=list)
+    relay: HostPort | None = DEFAULT_RELAY  # where the spool is served (with spool_dir)
+    spool_retention_bytes: int | None = 1 << 30
+    spool_retention_seconds: float | None = 7 * 24 * 3600.0
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -200,7 +215,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
     r.keys(
         "the file",
         doc,
-        ["endpoint", "websocket", "tls", "options", "master", "clone", "log", "logs"],
+        ["endpoint", "websocket", "tls", "options", "master", "clone", "log", "logs", "spool"],
     )
     s = NodeSettings()
     ep = r.keys("[endpoint]", doc.get("endpoint", {}), ["listen", "peers", "retry", "forward"])
@@ -244,11 +259,30 @@ def load_node_config(path: str | Path) -> NodeSettings:
     s.log_rotate = float(rotate)
     if "topics" in logs:
         s.log_topics = r.strings("[logs]", "topics", logs["topics"])
+    _spool_section(r, doc, s)
     try:
         s.configuration()  # option values checked now, with the file's name
     except ConfigError as exc:
         raise r.fail(str(exc)) from None
     return s
+
+
+def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
+    known = ["dir", "topics", "relay", "retention_bytes", "retention_seconds"]
+    spool = r.keys("[spool]", doc.get("spool", {}), known)
+    if "dir" in spool:
+        s.spool_dir = r.path_value("[spool]", "dir", spool["dir"])
+    if "topics" in spool:
+        s.spool_topics = r.strings("[spool]", "topics", spool["topics"])
+    if "relay" in spool:
+        relay = spool["relay"]
+        s.relay = None if relay is False else r.address("[spool]", "relay", relay)
+    for key in ("retention_bytes", "retention_seconds"):
+        if key in spool:
+            value = r.typed("[spool]", key, spool[key], (int, float))
+            if value <= 0:
+                raise r.fail(f"[spool] {key} must be positive")
+            setattr(s, f"spool_{key}", int(value) if key == "retention_bytes" else float(value))
 
 
 def _tables(r: _Reader, doc: dict[str, Any], name: str) -> list[Any]:

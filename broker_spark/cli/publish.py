@@ -43,6 +43,8 @@ def register(sub: Any) -> None:
         epilog="examples:\n"
         "  broker-spark publish /demo/hello '\"hi\"' 42 '[1, 2.5, null]'\n"
         "  broker-spark publish /zeek/event --event ping '\"hello\"' 1\n"
+        "  broker-spark publish zeek/intel --signature 'seen(host: addr, n: count)' "
+        "'\"10.0.0.1\"' 3\n"
         "  seq 10000 | broker-spark publish /numbers --peer 10.0.0.1:9999",
     )
     p.add_argument("topic", metavar="TOPIC", help="topic to publish on, e.g. /zeek/events")
@@ -52,6 +54,14 @@ def register(sub: Any) -> None:
         metavar="NAME",
         help="publish a Zeek event NAME whose arguments are the VALUEs "
         "(from stdin: one event per line, each line a JSON array of arguments)",
+    )
+    p.add_argument(
+        "--signature",
+        metavar="SIG",
+        help="publish Zeek events of this signature, as Zeek script declares it "
+        "('Intel::seen(indicator: string, host: addr, p: port, n: count)'); the VALUEs "
+        "(or each stdin line: a JSON array, or an object by argument name) are its "
+        "arguments, converted to the declared types",
     )
     p.add_argument(
         "--infer",
@@ -102,10 +112,48 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _signature(args: argparse.Namespace) -> Any:
+    """The parsed ``--signature`` (None without one); a usage error when it is not Zeek's."""
+    if not args.signature:
+        return None
+    from broker_spark.zeek.script_types import SignatureError, parse_signature
+
+    if args.event or args.string:
+        raise UsageError("--signature names the event: no --event or --string with it")
+    try:
+        return parse_signature(args.signature)
+    except SignatureError as exc:
+        raise UsageError(f"--signature: {exc}") from None
+
+
+def _typed_event(signature: Any, values: Any) -> Any:
+    """An event of ``signature`` from its arguments: a sequence, or a mapping by name."""
+    from broker_spark.zeek import Event
+    from broker_spark.zeek.typed_values import convert
+
+    params = signature.params
+    if isinstance(values, dict):
+        names = {p.name for p in params}
+        extra = sorted(set(values) - names)
+        if extra:
+            raise ValueError(f"{extra[0]!r} is no argument of {signature}")
+        values = [values.get(p.name) for p in params]
+    if not isinstance(values, (tuple, list)) or len(values) != len(params):
+        count = len(values) if isinstance(values, (tuple, list)) else 1
+        raise ValueError(f"{signature.name} takes {len(params)} arguments, not {count}")
+    converted = [
+        convert(v, p.type, f"argument {p.name}") for v, p in zip(values, params, strict=True)
+    ]
+    return Event(signature.name, *converted)
+
+
 def _converter(args: argparse.Namespace) -> Callable[[str], Any]:
     """Text of one value (or, with --event, one argument list) to what is published."""
     from broker_spark.zeek import Event
 
+    signature = _signature(args)
+    if signature is not None:
+        return lambda text: _typed_event(signature, parse_value(text))
     if args.string:
         return (lambda text: Event(args.event, text)) if args.event else (lambda text: text)
     if not args.event:
@@ -129,6 +177,12 @@ def _values_from_arguments(args: argparse.Namespace) -> list[Any]:
             values.append(convert(text))
         except ValueError as exc:
             raise UsageError(f"VALUE {i} ({text[:40]!r}): {exc}") from None
+    signature = _signature(args)
+    if signature is not None:
+        try:
+            return [_typed_event(signature, values)]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if args.event:
         from broker_spark.zeek import Event
 
@@ -142,15 +196,17 @@ def run(args: argparse.Namespace) -> int:
 
     topic = as_topic_str(args.topic)
     from_input = not args.values and not args.generate
-    if args.generate and (args.values or args.file or args.event):
-        raise UsageError("--generate makes its own events: no VALUEs, --file or --event")
+    if args.generate and (args.values or args.file or args.event or args.signature):
+        raise UsageError(
+            "--generate makes its own events: no VALUEs, --file, --event or --signature"
+        )
     if args.generate and not args.rate:
         raise UsageError("--rate must be more than 0")
     if args.values and args.file:
         raise UsageError("give VALUEs or --file, not both")
     values = _values_from_arguments(args) if args.values else []
     with Client(args) as client:
-        client.connect((topic,))
+        client.connect()
         if args.await_subscriber:
             _await_subscriber(client, topic, args.await_subscriber)
         publisher = client.endpoint.make_publisher(topic)

@@ -58,6 +58,10 @@ ROUTE_CACHE_SIZE = 4096
 #: The sender id injected messages carry unless told otherwise.
 INJECTED_SENDER = bytes(15) + b"\x01"
 
+#: Where a topic goes: subscribers, links for our own publications, links for peers' messages
+#: (those that take forwarded messages: a WebSocket bridge may take only our own).
+_Route = tuple[tuple[SubscriberQueue, ...], tuple["Link", ...], tuple["Link", ...]]
+
 _STATUS_MESSAGES = {
     SC.EndpointDiscovered: "found a new peer in the network",
     SC.PeerAdded: "handshake successful",
@@ -96,7 +100,8 @@ class Core:
         self.at_exit = False  # closing because the interpreter exits (set by the endpoint)
         #: Notified whenever links or their filters change (see :meth:`wait_until`).
         self.changed = threading.Condition()
-        self._routes: dict[str, tuple[tuple[SubscriberQueue, ...], tuple[Link, ...]]] = {}
+        #: topic -> (subscribers, links for our own publications, links for peers' messages)
+        self._routes: dict[str, _Route] = {}
         self._ready: deque[Source] = deque()
         self._stalled: list[Source] = []
         self._wake_pending = False
@@ -365,7 +370,7 @@ class Core:
                 if msg[2] == COMMAND and forwarding and msg[3] > 1:
                     # Store commands flood onwards like data (they reach masters and
                     # clones behind us); room first, so a stalled retry never repeats.
-                    onward_links = (routes.get(msg[0]) or self._route(msg[0]))[1]
+                    onward_links = (routes.get(msg[0]) or self._route(msg[0]))[2]
                     if from_link in onward_links:
                         onward_links = tuple(x for x in onward_links if x is not from_link)
                     if onward_links:
@@ -382,7 +387,7 @@ class Core:
             route = routes.get(topic)
             if route is None:
                 route = self._route(topic)
-            subs, links = route
+            subs, _own, links = route
             if links:
                 if not forwarding:
                     links = ()
@@ -424,13 +429,14 @@ class Core:
         if handler is not None:
             handler(msg, from_link)
 
-    def _route(self, topic: str) -> tuple[tuple[SubscriberQueue, ...], tuple[Link, ...]]:
+    def _route(self, topic: str) -> _Route:
         subs = tuple(s for s in self.subscribers if topic.startswith(s.prefixes))
         links = tuple(x for x in self.links.values() if topic.startswith(x.prefixes))
+        onward = tuple(x for x in links if x.takes_forwarded)
         routes = self._routes
         if len(routes) >= ROUTE_CACHE_SIZE:
             routes.clear()
-        route = routes[topic] = (subs, links)
+        route = routes[topic] = (subs, links, links if len(onward) == len(links) else onward)
         return route
 
     def _topology_changed(self) -> None:

@@ -56,10 +56,23 @@ class Link(Sink):
 
     ``prefixes`` is the neighbour's filter as a tuple (``str.startswith``
     takes a tuple, which makes matching one call); the core replaces it when
-    the neighbour announces a new filter.
+    the neighbour announces a new filter. ``takes_forwarded`` is False for a
+    neighbour that gets only this endpoint's own publications (a WebSocket
+    bridge that publishes what we publish, on any topic): the core then
+    forwards no peer's message to it, and its prefixes are not asked of peers.
     """
 
-    __slots__ = ("core", "peer_id", "peer_str", "network", "flags", "prefixes", "source", "closed")
+    __slots__ = (
+        "core",
+        "peer_id",
+        "peer_str",
+        "network",
+        "flags",
+        "prefixes",
+        "takes_forwarded",
+        "source",
+        "closed",
+    )
 
     def __init__(
         self,
@@ -79,6 +92,7 @@ class Link(Sink):
         self.network = network if network is not None else NetworkInfo()
         self.flags = flags
         self.prefixes: tuple[str, ...] = ()
+        self.takes_forwarded = True
         self.source: Source = core.make_source(
             capacity if capacity is not None else core.options.peer_buffer_size,
             remote=True,

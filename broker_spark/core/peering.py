@@ -424,7 +424,11 @@ class Peering:
         return advertised_filter(
             core.filter,
             core.forwarding,
-            (other.prefixes for other in core.links.values() if other is not link),
+            (
+                other.prefixes
+                for other in core.links.values()
+                if other is not link and other.takes_forwarded
+            ),
         )
 
     def refresh_filters(self) -> None:
@@ -444,7 +448,7 @@ class Peering:
                 continue
             if isinstance(link, TcpLink):
                 link.announce(self.advertised_filter(link))
-            if core.forwarding:
+            if core.forwarding and link.takes_forwarded:
                 for prefix in link.prefixes:
                     mine.add(prefix)
         self.fabric.set_filter(tuple(mine.prefixes()))

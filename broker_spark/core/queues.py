@@ -194,9 +194,14 @@ class Source:
                     raise ShutdownError("publishing on a closed endpoint or publisher")
                 if len(self.items) < self.capacity:
                     return
-                # Set under the lock before re-checking: the core reads it after
-                # taking, so either it sees the flag or we see the room.
+                # Check again once the flag is set: the core reads the flag after taking,
+                # so either it sees the flag (and notifies, under the lock) or we see the
+                # room. Without the second check, a core that took everything between the
+                # first check and the flag would notify nobody, and we would wait for room
+                # that is already there, for ever (a write task hung so).
                 self.waiting = True
+                if len(self.items) < self.capacity:
+                    return
                 self._cond.wait()
 
     def _put_many_locked(self, msgs: list) -> None:
@@ -206,6 +211,8 @@ class Source:
             with self._cond:
                 while not self.closed and len(self.items) >= self.capacity:
                     self.waiting = True
+                    if len(self.items) < self.capacity:  # checked again: see _wait_room
+                        break
                     self._cond.wait()
                 if self.closed:
                     raise ShutdownError("publishing on a closed endpoint or publisher")

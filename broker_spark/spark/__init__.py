@@ -10,7 +10,8 @@ uses modules here that do not need Spark.
 * :func:`register`: makes ``format("broker")`` known to a session where Spark did
   not find it by itself, sizes stream reads for the session's parallelism, and
   lets a write started from the calling thread find the source (idempotent;
-  ``docs/deploy.md``).
+  ``docs/deploy.md``);
+* :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _LAZY = {
     "zeek_log_schema": "broker_spark.spark.zeek_schema",
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
+    "stop_receiver": "broker_spark.spark.relay.attach",
 }
 
 __all__ = sorted(_LAZY)

@@ -69,6 +69,7 @@ def open_endpoint(
     before_connect: Callable[[Endpoint], None] | None = None,
     retry: float = 0.0,
     websocket_topics: Sequence[str] = (),
+    websocket_options: dict[str, Any] | None = None,
 ) -> Endpoint:
     """An endpoint that listens, peers and connects as ``conn`` says.
 
@@ -77,8 +78,9 @@ def open_endpoint(
     message published right after the peering is missed). ``retry`` is the
     redial interval after a peering or bridge drops (0: never); the first
     attempt fails at once either way, so an unreachable peer fails the
-    query at start. ``websocket_topics`` are the topics a WebSocket bridge
-    carries, both ways (the API has no other way to say what we want).
+    query at start. ``websocket_topics`` are what a WebSocket bridge subscribes
+    to (it sends whatever the endpoint publishes); ``websocket_options`` go to
+    :meth:`~broker_spark.endpoint.Endpoint.web_socket_peer` (its pacing).
     """
     config = (settings or EndpointSettings()).configure(conn.configuration())
     endpoint = Endpoint(config)
@@ -91,7 +93,7 @@ def open_endpoint(
         for address in conn.peers:
             _peer(endpoint, address, retry, statuses)
         if conn.websocket is not None:
-            _websocket(endpoint, conn, websocket_topics, retry, statuses)
+            _websocket(endpoint, conn, websocket_topics, retry, statuses, websocket_options or {})
         statuses.reset()
     except BaseException:
         endpoint.shutdown()
@@ -130,6 +132,7 @@ def _websocket(
     topics: Sequence[str],
     retry: float,
     statuses: Any,
+    options: dict[str, Any],
 ) -> None:
     target = conn.websocket
     assert target is not None
@@ -137,7 +140,7 @@ def _websocket(
     if connect is None:
         raise BrokerOptionError("websocket", target.url, "not supported yet by this endpoint")
     try:
-        ok = connect(target.url, list(topics), retry)
+        ok = connect(target.url, list(topics), retry, **options)
     except NotImplementedError as exc:
         raise BrokerOptionError("websocket", target.url, f"not supported yet: {exc}") from None
     except (OSError, ValueError) as exc:

@@ -19,9 +19,11 @@ endpoint:
    peer that receives data and the goodbye in one read currently drops the
    data read with it (the link closes before handing the batch to the
    core), so a goodbye right after publishing loses messages;
-3. WebSocket bridges: once the link's writer has sent everything, a
-   WebSocket ``ping`` frame is sent and its ``pong`` awaited (a server
-   answers after reading every earlier frame).
+3. WebSocket bridges: what they send is paced by probes whose echoes say
+   the server *processed* everything before them
+   (:mod:`~broker_spark.websocket.pacing`), so the task waits until the last
+   probe's echo; an unpaced link sends a WebSocket ``ping`` frame once its
+   writer has sent everything and awaits the ``pong``.
 
 A peering that ends before its acknowledgement fails the task, so Spark
 retries it: the links are taken when the task's endpoint opens
@@ -124,6 +126,18 @@ def _native_ping(endpoint: Endpoint, links: list[Any], deadline: float) -> None:
 
 
 def _websocket_ping(endpoint: Endpoint, link: Any, deadline: float) -> None:
+    if link.pacer is not None:  # paced: the echo of the last probe is the acknowledgement
+        _poll(
+            lambda: link.closed or endpoint._loop.run_sync(link.settled),
+            deadline,
+            "the WebSocket server processed every message (the echo of the last probe)",
+        )
+        if link.closed:
+            raise DeliveryError(
+                f"the connection to the WebSocket server {link.peer_str} was lost before it "
+                "processed every message"
+            )
+        return
     _poll(
         lambda: link.closed or (not link.out and link._writer_waiting),
         deadline,

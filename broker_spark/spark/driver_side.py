@@ -33,6 +33,7 @@ from broker_spark.spark.private_spool import make_private_spool, release_private
 from broker_spark.spark.pump import SpoolPump
 from broker_spark.spark.segment import Segment
 from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
+from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 
 __all__ = ["BrokerDataLossError", "ReaderRuntime"]
 
@@ -54,7 +55,8 @@ class ReaderRuntime:
     """The spool, endpoint and pump of one stream reader in its driver-side process.
 
     ``after_connect`` runs once the endpoint is connected (the store reader
-    attaches its clone there); ``observe`` sees every batch the pump appends;
+    attaches its clone there); with ``logs`` a :class:`LogSchemaHistory` (kept
+    beside a ``spoolPath``) learns the Zeek log schemas the pump appends;
     ``index_interval`` is the spool's (records between index entries).
     """
 
@@ -65,14 +67,14 @@ class ReaderRuntime:
         *,
         after_connect: Callable[[Endpoint], object] | None = None,
         settings: EndpointSettings | None = None,
-        observe: Callable[[int, list], None] | None = None,
+        logs: bool = False,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
     ) -> None:
         self.options = options
         self.topics = tuple(topics)
         self._after_connect = after_connect
         self._settings = settings or EndpointSettings()
-        self._observe = observe
+        self.history = LogSchemaHistory(options.spool.path) if logs else None
         self._index_interval = index_interval
         self._tmpdir: str | None = None
         self.spool_path = options.spool.path or ""
@@ -162,11 +164,17 @@ class ReaderRuntime:
             if self._after_connect is not None:
                 self.attachments.append(self._after_connect(self.endpoint))
             assert self.subscription is not None
-            self.pump = SpoolPump(self.subscription, spool, observe=self._observe)
+            observe = self.history.observe if self.history is not None else None
+            self.pump = SpoolPump(self.subscription, spool, observe=observe)
             self.pump.start()
         except BaseException:
             self.close()
             raise
+
+    def latest_start(self) -> int:
+        """Where ``startingOffsets=latest`` starts: the spool's end before the endpoint
+        subscribes (call it before :meth:`connect`)."""
+        return self.open_spool().end_offset()
 
     # --- running ---------------------------------------------------------------------
 
@@ -177,6 +185,9 @@ class ReaderRuntime:
         if pump is not None and pump.error is not None:
             raise BrokerError(f"receiving into spool {self.spool_path} failed: {pump.error}")
         return self.spool
+
+    def committed(self, offset: int) -> None:
+        """Spark committed up to ``offset`` (retention, not commits, frees the spool)."""
 
     # --- stopping --------------------------------------------------------------------
 

@@ -35,17 +35,24 @@ Choices where the issue left room:
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from broker_spark.errors import EC, BrokerError
+from broker_spark.spark.option_values import (
+    DEFAULT_WEBSOCKET_PATH,
+    BrokerOptionError,
+    HostPort,
+    WebSocketTarget,
+    parse_host_port,
+    parse_websocket,
+    split_top_level,
+)
 
 if TYPE_CHECKING:
     from broker_spark.config import Configuration
+    from broker_spark.zeek.script_types import EventSignature
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_PARTITION",
@@ -71,7 +78,6 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_RETENTION_BYTES = 1024 * 1024 * 1024
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
-DEFAULT_WEBSOCKET_PATH = "/v1/messages/json"
 
 FORMATS = ("default", "zeek", "zeek-logs")
 COLUMN_LAYOUTS = ("nested", "flat")
@@ -79,6 +85,7 @@ COLUMN_LAYOUTS = ("nested", "flat")
 ZEEK_LOG_TOPIC = "zeek/logs/"
 #: Seconds ``load()`` waits for a peered Zeek's LogCreate of the one log it reads.
 DEFAULT_SCHEMA_WAIT = 2.0
+DEFAULT_RECEIVER_IDLE_TIMEOUT = 3600.0
 MODES = ("PERMISSIVE", "FAILFAST")
 STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("auto", "inline", "spool")
@@ -104,113 +111,26 @@ _READER = (
     "logs",
     "columns",
     "schemaWait",
+    "relay",
+    "receiver",
+    "receiver.idleTimeout",
 )
-_WRITER = ("topic", "store", "format", "badRecordsTopic", "log", "zeekTypes")
+_WRITER = (
+    "topic",
+    "store",
+    "format",
+    "badRecordsTopic",
+    "log",
+    "zeekTypes",
+    "signature",
+    "networkTimestamp",
+    "mode",
+)
 _SPARK_ADDED = ("path", "checkpointLocation")
-_SECRET = frozenset({"ssl.passphrase"})
 
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?\Z"
-)
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _SIZE = re.compile(r"([0-9]+)\s*([kmgt]?)(i?b)?\Z", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-class BrokerOptionError(BrokerError, ValueError):
-    """An option of the ``broker`` data source is missing, malformed or contradicts another."""
-
-    code = EC.InvalidData
-
-    def __init__(self, option: str, value: Any, reason: str) -> None:
-        shown = "***" if option in _SECRET and value is not None else repr(value)
-        where = f"option {option}" if value is None else f"option {option}={shown}"
-        super().__init__(f"{where}: {reason}")
-        self.option = option
-        self.value = None if option in _SECRET else value
-
-
-# --- values ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostPort:
-    """A ``host:port`` address; the host is empty for "all interfaces" (listen only)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-def parse_host_port(text: str, option: str, *, listen: bool = False) -> HostPort:
-    """Parse ``host:port``, ``[ipv6]:port`` (and, for ``listen``, ``:port``)."""
-    value = text.strip()
-    if value.startswith("["):
-        close = value.find("]")
-        if close < 0 or not value[close + 1 :].startswith(":"):
-            raise BrokerOptionError(option, text, "expected [ipv6-address]:port")
-        host, port_text = value[1:close], value[close + 2 :]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise BrokerOptionError(option, text, f"{host!r} is not an IPv6 address") from None
-    else:
-        if value.count(":") > 1:
-            raise BrokerOptionError(
-                option, text, "an IPv6 address needs brackets, as in [::1]:9999"
-            )
-        host, sep, port_text = value.rpartition(":")
-        if not sep:
-            raise BrokerOptionError(option, text, "expected host:port")
-        if host and not _HOSTNAME.match(host):
-            raise BrokerOptionError(option, text, f"{host!r} is not a host name or address")
-    if not host and not listen:
-        raise BrokerOptionError(option, text, "the host is missing (expected host:port)")
-    if not port_text.isdigit() or not port_text.isascii():
-        raise BrokerOptionError(option, text, f"port {port_text!r} is not a number")
-    port = int(port_text)
-    if port > 65535 or (port == 0 and not listen):
-        raise BrokerOptionError(option, text, f"port {port} is out of range (1 to 65535)")
-    return HostPort(host, port)
-
-
-@dataclass(frozen=True)
-class WebSocketTarget:
-    """A remote Broker/Zeek WebSocket API: ``ws://`` (plain) or ``wss://`` (TLS)."""
-
-    url: str
-    secure: bool
-    host: str
-    port: int
-    path: str
-
-
-def _parse_websocket(text: str) -> WebSocketTarget:
-    option = "websocket"
-    try:
-        parts = urlsplit(text.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise BrokerOptionError(option, text, f"not a URL: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("ws", "wss"):
-        raise BrokerOptionError(option, text, "expected a ws:// or wss:// URL")
-    host = parts.hostname or ""
-    if not host:
-        raise BrokerOptionError(option, text, "the URL names no host")
-    if parts.username is not None or parts.query or parts.fragment:
-        raise BrokerOptionError(option, text, "user names, queries and fragments are not supported")
-    secure = scheme == "wss"
-    if port is None:
-        port = 443 if secure else 80
-    elif port == 0:
-        raise BrokerOptionError(option, text, "port 0 is out of range (1 to 65535)")
-    path = parts.path if parts.path not in ("", "/") else DEFAULT_WEBSOCKET_PATH
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return WebSocketTarget(f"{scheme}://{netloc}{path}", secure, host, port, path)
 
 
 @dataclass(frozen=True)
@@ -285,6 +205,11 @@ class ReaderOptions:
     logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
     columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
     schema_wait: float = DEFAULT_SCHEMA_WAIT
+    relay: HostPort | None = None  # read a relay's spool (broker-spark node --spool) instead
+    receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
+    receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
+    #: the options as given (canonical names, texts): what a receiver process is started with
+    given: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -298,7 +223,14 @@ class WriterOptions:
     bad_records_topic: str | None = None
     log: str | None = None  # a Zeek log stream id (Spark::LOG): rows are published as its records
     log_path: str | None = None  # that log's path (option path; default from the stream id)
-    zeek_types: tuple[tuple[str, str], ...] = ()  # column -> Zeek type, for log columns
+    zeek_types: tuple[tuple[str, str], ...] = ()  # column -> Zeek type (Zeek's spelling)
+    signature: EventSignature | None = None  # rows are this event, its arguments by column name
+    network_timestamp: str | None = None  # column whose time is the event's network timestamp
+    mode: str = "FAILFAST"  # a bad row fails the task, or (PERMISSIVE) is counted and routed
+
+    @property
+    def permissive(self) -> bool:
+        return self.mode == "PERMISSIVE"
 
 
 # --- reading the raw mapping ------------------------------------------------------------
@@ -448,7 +380,7 @@ def _connection(raw: _Raw) -> ConnectionOptions:
     listen = parse_host_port(listen_text, "listen", listen=True) if listen_text else None
     peers = tuple(dict.fromkeys(parse_host_port(p, "peer") for p in _split(raw, "peer")))
     websocket_text = raw.nonempty("websocket")
-    websocket = _parse_websocket(websocket_text) if websocket_text else None
+    websocket = parse_websocket(websocket_text) if websocket_text else None
     ssl = _ssl(raw)
     if websocket is not None and websocket.secure and ssl.disable:
         raise BrokerOptionError(
@@ -490,12 +422,29 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         raise BrokerOptionError(
             "peer", None, "is required with store: a clone attaches to the master through a peering"
         )
-    if not (conn.listen or conn.peers or conn.websocket):
+    relay_text = raw.nonempty("relay")
+    relay = parse_host_port(relay_text, "relay") if relay_text else None
+    if relay is not None:
+        for name in ("listen", "peer", "websocket", "store"):
+            if raw.get(name) is not None:
+                raise BrokerOptionError(
+                    name, raw.get(name), f"contradicts relay={relay_text!r}: the relay peers"
+                )
+    elif not (conn.listen or conn.peers or conn.websocket):
         raise BrokerOptionError(
-            "listen/peer/websocket", None, "one of them is required to reach Broker peers"
+            "listen/peer/websocket/relay", None, "one of them is required to reach Broker peers"
+        )
+    idle_timeout = _seconds(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
+    if idle_timeout <= 0:
+        raise BrokerOptionError(
+            "receiver.idleTimeout", raw.get("receiver.idleTimeout"), "must be positive"
         )
     partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
+    if partition_data == "spool" and relay is not None:
+        raise BrokerOptionError(
+            "partitionData", "spool", "contradicts relay: tasks fetch from the relay (auto)"
+        )
     if partition_data == "spool" and spool_path is None:
         raise BrokerOptionError(
             "partitionData", "spool", "needs spoolPath on storage every executor can read"
@@ -529,10 +478,15 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         logs=logs,
         columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
         schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
+        relay=relay,
+        receiver=raw.boolean("receiver", True),
+        receiver_idle_timeout=idle_timeout,
+        given=tuple(sorted(raw.values.items())),
     )
 
 
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|)\Z")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|min|m|h|)\Z")
+_DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def _seconds(raw: _Raw, name: str, default: float) -> float:
@@ -542,9 +496,8 @@ def _seconds(raw: _Raw, name: str, default: float) -> float:
         return default
     match = _DURATION.match(value.strip().lower())
     if not match:
-        raise BrokerOptionError(name, value, "expected seconds, such as 2, 2s or 500ms")
-    number = float(match.group(1))
-    return number / 1000 if match.group(2) == "ms" else number
+        raise BrokerOptionError(name, value, "expected a duration, such as 2, 2s, 500ms, 5m or 1h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 _STREAM_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)+\Z")
@@ -573,7 +526,10 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
     fmt = raw.choice("format", FORMATS, "default")
     bad_records = raw.nonempty("badRecordsTopic")
     log_stream = raw.nonempty("log")
-    zeek_types = _zeek_types(raw)
+    zeek_types = _zeek_types(raw, logs=log_stream is not None)
+    signature = _signature(raw)
+    network_timestamp = raw.nonempty("networkTimestamp")
+    mode = _writer_mode(raw, bad_records)
     if fmt == "zeek-logs":
         raise BrokerOptionError(
             "format", fmt, "is for reading; to write log records use option log"
@@ -591,8 +547,16 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
             log_path = default_log_path(log_stream)
         if topic is None:
             topic = ZEEK_LOG_TOPIC + log_stream
-    elif zeek_types:
-        raise BrokerOptionError("zeekTypes", raw.get("zeekTypes"), "applies with option log only")
+    if signature is not None:
+        for other in ("log", "store", "zeekTypes"):
+            if raw.get(other) is not None:
+                raise BrokerOptionError(
+                    "signature", raw.get("signature"), f"contradicts {other}={raw.get(other)!r}"
+                )
+    elif network_timestamp is not None:
+        raise BrokerOptionError(
+            "networkTimestamp", network_timestamp, "applies with option signature only"
+        )
     if conn.listen is not None:
         raise BrokerOptionError(
             "listen", raw.get("listen"), "writers publish through peer or websocket, not listen"
@@ -618,26 +582,54 @@ def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
         log=log_stream,
         log_path=log_path if log_stream is not None else None,
         zeek_types=zeek_types,
+        signature=signature,
+        network_timestamp=network_timestamp,
+        mode=mode,
     )
 
 
-def _zeek_types(raw: _Raw) -> tuple[tuple[str, str], ...]:
-    """``column:type,...`` (Zeek's spelling of the type: ``count``, ``addr``, ``set[string]``)."""
+def _writer_mode(raw: _Raw, bad_records: str | None) -> str:
+    """FAILFAST unless bad rows have somewhere to go (``badRecordsTopic``), as before modes."""
+    default = "PERMISSIVE" if bad_records is not None else "FAILFAST"
+    mode = raw.choice("mode", MODES, default)
+    if mode == "FAILFAST" and bad_records is not None:
+        raise BrokerOptionError(
+            "mode", raw.get("mode"), f"FAILFAST contradicts badRecordsTopic={bad_records!r}"
+        )
+    return mode
+
+
+def _signature(raw: _Raw) -> EventSignature | None:
+    from broker_spark.zeek.script_types import SignatureError, parse_signature
+
+    text = raw.nonempty("signature")
+    if text is None:
+        return None
+    try:
+        return parse_signature(text)
+    except SignatureError as exc:
+        raise BrokerOptionError("signature", text, str(exc)) from None
+
+
+def _zeek_types(raw: _Raw, *, logs: bool) -> tuple[tuple[str, str], ...]:
+    """``column:type,...`` in Zeek's spelling (``count``, ``addr``, ``set[addr, port]``,
+    ``record { a: count; }``); a log's columns take log column types only."""
+    from broker_spark.zeek.script_types import SignatureError, parse_type
     from broker_spark.zeek.types import ZeekType
 
     value = raw.get("zeekTypes")
     if value is None:
         return ()
     out = []
-    for item in value.split(","):
+    for item in split_top_level(value):
         if not item.strip():
             continue
         name, sep, spec = item.partition(":")
         if not sep or not name.strip():
             raise BrokerOptionError("zeekTypes", value, f"{item.strip()!r} is not column:type")
         try:
-            ZeekType.parse(spec)
-        except ValueError as exc:
+            ZeekType.parse(spec) if logs else parse_type(spec)
+        except (ValueError, SignatureError) as exc:
             raise BrokerOptionError("zeekTypes", value, str(exc)) from None
         out.append((name.strip(), spec.strip()))
     return tuple(out)

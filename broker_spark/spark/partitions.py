@@ -124,6 +124,16 @@ class SpoolPartition(InputPartition):
         self.size = size
         self.schemas: list | None = None
         self.local_token: str | None = None
+        self.relay: Any = None  # (HostPort, SslOptions): the task fetches the range there
+
+    @classmethod
+    def relayed(
+        cls, start: int, end: int, relay: Any, ssl: Any, fail_on_data_loss: bool
+    ) -> SpoolPartition:
+        """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)."""
+        part = cls(start, end, fail_on_data_loss=fail_on_data_loss)
+        part.relay = (relay, ssl)
+        return part
 
     @classmethod
     def inline(cls, start: int, end: int, records: bytes) -> SpoolPartition:
@@ -159,24 +169,42 @@ class SpoolPartition(InputPartition):
             raise DecodeError(f"partition {self!r}: cannot expand its records: {exc}") from None
 
     def __repr__(self) -> str:
-        where = "inline" if self.packed is not None else f"spool {self.spool_path}"
+        if self.packed is not None:
+            where = "inline"
+        elif self.relay is not None:
+            where = f"relay {self.relay[0]}"
+        else:
+            where = f"spool {self.spool_path}"
         return f"SpoolPartition({self.start}, {self.end}, {where})"
 
 
 def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
-    """The range from the shared spool (read-only view), or what is still held of it if data
-    was lost; and the number of records read."""
+    """The range from the shared spool (read-only view) or the relay, or what is still held
+    of it if data was lost; and the number of records read."""
+    if partition.relay is not None:
+        from broker_spark.spark.relay.runtimes import fetch_from_relay
+
+        relay, ssl = partition.relay
+
+        def read(lo: int, hi: int) -> bytes:
+            return fetch_from_relay(relay, ssl, lo, hi)
+
+        return _read_range(partition, read)
     assert partition.spool_path is not None
     with Spool(partition.spool_path, readonly=True) as spool:
-        lo = partition.start
-        try:
-            return spool.read_packed(lo, partition.end), partition.end - lo
-        except DataLossError as exc:
-            if partition.fail_on_data_loss:
-                raise DataLossError(exc.start, exc.end, exc.earliest).with_traceback(None) from None
-            lo = min(max(exc.earliest, partition.start), partition.end)
-            log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
-            return spool.read_packed(lo, partition.end), partition.end - lo
+        return _read_range(partition, spool.read_packed)
+
+
+def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
+    lo = partition.start
+    try:
+        return read(lo, partition.end), partition.end - lo
+    except DataLossError as exc:
+        if partition.fail_on_data_loss:
+            raise DataLossError(exc.start, exc.end, exc.earliest).with_traceback(None) from None
+        lo = min(max(exc.earliest, partition.start), partition.end)
+        log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
+        return read(lo, partition.end), partition.end - lo
 
 
 _heap_frozen = False

@@ -46,8 +46,10 @@ from broker_spark.spark.column_encode import (
 )
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.schema import SchemaMappingError
+from broker_spark.spark.typed_columns import bulk_column, check_column, encode_typed_column
+from broker_spark.zeek.script_types import ScriptType, parse_type
 
-__all__ = ["BadRow", "EncodedBatch", "RowEncoder"]
+__all__ = ["BadRow", "EncodedBatch", "RowEncoder", "RowTopics", "field_index", "require_text"]
 
 #: A Zeek event up to its name: ``[count 1 (format), count 1 (event), [name, [args...]]]``.
 _EVENT_HEAD = (
@@ -65,7 +67,9 @@ class BadRow:
     reason: str
 
     def describe(self) -> str:
-        shown = self.text if self.text is None or len(self.text) <= 200 else self.text[:197] + "..."
+        if self.text is None:
+            return f"row {self.position}: {self.reason}"
+        shown = self.text if len(self.text) <= 200 else self.text[:197] + "..."
         return f"row {self.position}: {self.reason} (data={shown!r})"
 
 
@@ -81,12 +85,43 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def _field_index(schema: pa.Schema, name: str) -> int | None:
+def field_index(schema: pa.Schema, name: str) -> int | None:
     """The position of the column named ``name`` (case-insensitive, as Spark resolves names)."""
     for i, f in enumerate(schema):
         if f.name.lower() == name:
             return i
     return None
+
+
+def require_text(schema: pa.Schema, name: str) -> None:
+    """Refuse a column ``name`` that is not STRING (it must exist)."""
+    i = field_index(schema, name)
+    assert i is not None
+    t = schema.field(i).type
+    if not _is_text(t):
+        raise SchemaMappingError(f"column {schema.field(i).name} must be STRING, not {t}")
+
+
+class RowTopics:
+    """Where each row's topic comes from: the ``topic`` option, else a STRING ``topic`` column
+    (as Spark's Kafka sink: the option wins when both are there)."""
+
+    def __init__(self, schema: pa.Schema, option: str | None) -> None:
+        self.option = option
+        self.column = field_index(schema, "topic")
+        if option is None:
+            if self.column is None:
+                raise BrokerOptionError(
+                    "topic", None, "is required when the rows have no topic column"
+                )
+            require_text(schema, "topic")
+
+    def of(self, batch: pa.RecordBatch) -> list[Any]:
+        """Each row's topic (None where the column is null)."""
+        if self.option is not None:
+            return [self.option] * batch.num_rows
+        assert self.column is not None
+        return batch.column(self.column).to_pylist()
 
 
 class RowEncoder:
@@ -95,14 +130,9 @@ class RowEncoder:
     def __init__(self, schema: pa.Schema, options: WriterOptions) -> None:
         self.schema = schema
         self.topic = options.topic
-        self._topic_col = _field_index(schema, "topic")
-        if self.topic is None:
-            if self._topic_col is None:
-                raise BrokerOptionError(
-                    "topic", None, "is required when the rows have no topic column"
-                )
-            self._require_text("topic")
-        self._data_col = _field_index(schema, "data")
+        self._topics = RowTopics(schema, options.topic)
+        self._topic_col = self._topics.column
+        self._data_col = field_index(schema, "data")
         self._event_col: int | None = None
         self._value_cols: list[int] = []
         if self._data_col is not None:
@@ -111,7 +141,7 @@ class RowEncoder:
         else:
             skip = {self._topic_col}
             if options.format == "zeek":
-                self._event_col = _field_index(schema, "event")
+                self._event_col = field_index(schema, "event")
                 if self._event_col is None:
                     raise SchemaMappingError(
                         "format=zeek needs an event column (the event name) or a data column"
@@ -132,13 +162,32 @@ class RowEncoder:
                     from_arrow(pa.array([], f.type))
                 except BrokerError as exc:
                     raise SchemaMappingError(f"column {f.name} ({f.type}): {exc}") from None
+        self._types = self._declared_types(options)
+
+    def _declared_types(self, options: WriterOptions) -> dict[int, ScriptType]:
+        """``zeekTypes``: the Zeek type of value columns, by position (checked against them)."""
+        declared: dict[int, ScriptType] = {}
+        for name, text in options.zeek_types:
+            i = field_index(self.schema, name.lower())
+            if i is None or i not in self._value_cols:
+                what = "is the data column" if i == self._data_col else "names no value column"
+                raise BrokerOptionError("zeekTypes", name, what)
+            declared[i] = parse_type(text)
+            f = self.schema.field(i)
+            check_column(f.type, declared[i], f"column {f.name}")
+        return declared
+
+    def _column(self, batch: pa.RecordBatch, i: int, errors: dict[int, str]) -> list[bytes]:
+        declared = self._types.get(i)
+        if declared is None:
+            return encode_column(batch.column(i), errors)
+        name = self.schema.field(i).name
+        return encode_typed_column(
+            batch.column(i), declared, nullable=True, what=f"column {name}", errors=errors
+        )
 
     def _require_text(self, name: str) -> None:
-        i = _field_index(self.schema, name)
-        assert i is not None
-        t = self.schema.field(i).type
-        if not _is_text(t):
-            raise SchemaMappingError(f"column {self.schema.field(i).name} must be STRING, not {t}")
+        require_text(self.schema, name)
 
     # --- encoding ----------------------------------------------------------------------
 
@@ -147,11 +196,7 @@ class RowEncoder:
         n = batch.num_rows
         if n == 0:
             return EncodedBatch([], [])
-        if self.topic is not None:
-            topics: list[Any] = [self.topic] * n
-        else:
-            assert self._topic_col is not None
-            topics = batch.column(self._topic_col).to_pylist()
+        topics = self._topics.of(batch)
         if self.mode == "json":
             assert self._data_col is not None
             return self._encode_json(topics, batch.column(self._data_col).to_pylist(), first_row)
@@ -159,7 +204,7 @@ class RowEncoder:
         if fast is not None:
             return fast
         errors: dict[int, str] = {}
-        columns = [encode_column(batch.column(i), errors) for i in self._value_cols]
+        columns = [self._column(batch, i, errors) for i in self._value_cols]
         args_head = vector_header(len(columns))
         names: list[Any] | None = None
         if self.mode == "event":
@@ -194,7 +239,13 @@ class RowEncoder:
         if None in topics or "" in topics:
             return None
         head = vector_header(len(self._value_cols))
-        values = [batch.column(i) for i in self._value_cols]
+        values = []
+        for i in self._value_cols:
+            declared = self._types.get(i)
+            column = batch.column(i) if declared is None else bulk_column(batch.column(i), declared)
+            if column is None:
+                return None
+            values.append(column)
         if self.mode == "event":
             assert self._event_col is not None
             names = batch.column(self._event_col)

@@ -278,6 +278,21 @@ class Spool:
         self._total += seg.size - size
         self._end = seg.end
 
+    def restart_at(self, offset: int) -> None:
+        """Drop every record held and continue at ``offset``: for a spool whose offsets are
+        decided elsewhere (a checkpoint beyond its end, a relay's offsets in a replica)."""
+        if type(offset) is not int or offset < 0:
+            raise OffsetRangeError(f"cannot restart at offset {offset!r}")
+        with self._lock:
+            self._check_writable()
+            for seg in self._segments:
+                seg.delete()
+            seg = self._new_segment(offset)
+            self._segments, self._bases = [seg], [offset]
+            self._end, self._total = offset, 0
+            if self.fsync:
+                fsync_dir(self.path)
+
     # --- retention -------------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
@@ -389,6 +404,14 @@ class Spool:
     def _reload(self) -> None:
         """Read-only views: look at the directory again (the writer moved on)."""
         self._load()
+
+    def refresh(self) -> None:
+        """A read-only view: catch up with what the writer appended or dropped since."""
+        with self._lock:
+            if self._closed:
+                raise SpoolError(f"spool {self.path} is closed")
+            if self.readonly:
+                self._reload()
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -26,7 +26,10 @@ of these columns by name.
 Writing keys and values: a STRING ``key``/``value`` column holds Zeek JSON
 text when the text starts with ``{`` (so what a read returns writes back
 unchanged) and is a plain string otherwise; other column types go through
-the Arrow mapping.
+the Arrow mapping. ``zeekTypes`` (``key:addr,value:set[port]``) gives the key
+or value its Zeek type instead (see :mod:`~broker_spark.zeek.typed_values`):
+a row that does not fit fails the task, or with ``mode=PERMISSIVE`` is
+skipped and counted.
 """
 
 from __future__ import annotations
@@ -56,9 +59,12 @@ from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.driver_side import ReaderRuntime
 from broker_spark.spark.offsets import plan_partitions
-from broker_spark.spark.options import ReaderOptions, WriterOptions
+from broker_spark.spark.options import BrokerOptionError, ReaderOptions, WriterOptions
 from broker_spark.spark.schema import RecordConversionError, SchemaMappingError
 from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.typed_columns import check_column
+from broker_spark.zeek.script_types import ScriptType, parse_type
+from broker_spark.zeek.typed_values import convert
 
 __all__ = [
     "STORE_DDL",
@@ -72,6 +78,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The key of a row a PERMISSIVE store write skipped (its key or value did not fit its type).
+_SKIPPED = object()
 
 STORE_DDL = "key STRING, value STRING, op STRING, expiry DOUBLE, ts TIMESTAMP, offset LONG"
 _TS = pa.timestamp("us", tz="UTC")
@@ -341,6 +350,48 @@ class _StoreWriting:
                 from_arrow(pa.array([], f.type))
             except BrokerError as exc:
                 raise SchemaMappingError(f"column {f.name} ({f.type}): {exc}") from None
+        self._types: dict[int, ScriptType] = {}
+        for name, text in options.zeek_types:
+            if name.lower() not in ("key", "value"):
+                raise BrokerOptionError("zeekTypes", name, "a store write types key and value only")
+            i = self._key if name.lower() == "key" else self._value
+            self._types[i] = parse_type(text)
+            check_column(schema.field(i).type, self._types[i], f"column {name}")
+        self._skipped = 0
+
+    def _values(self, batch: pa.RecordBatch, index: int, what: str, first: int) -> list[Any]:
+        """The Broker values of the key or value column: its Zeek type's with ``zeekTypes``."""
+        declared = self._types.get(index)
+        if declared is None:
+            return _column_values(batch, index, what, first)
+        out: list[Any] = []
+        for row, v in enumerate(batch.column(index).to_pylist()):
+            out.append(None if v is None else convert(v, declared, f"row {first + row}: {what}"))
+        return out
+
+    def _batch_values(self, batch: pa.RecordBatch, first: int) -> tuple[list[Any], list[Any]]:
+        """Keys and values of ``batch``; a row that does not fit its type fails the task, or
+        (``mode=PERMISSIVE``) is skipped and counted (its key becomes :data:`_SKIPPED`)."""
+        try:
+            return (
+                self._values(batch, self._key, "key", first),
+                self._values(batch, self._value, "value", first),
+            )
+        except EncodeError:
+            if not self.options.permissive:
+                raise
+        keys, values = [], []
+        for row in range(batch.num_rows):
+            one = batch.slice(row, 1)
+            try:
+                keys.append(self._values(one, self._key, "key", first + row)[0])
+                values.append(self._values(one, self._value, "value", first + row)[0])
+            except EncodeError as exc:
+                log.warning("skipped a row that does not fit: %s", exc)
+                self._skipped += 1
+                keys.append(_SKIPPED)
+                values.append(None)
+        return keys, values
 
     def _clear(self) -> None:
         """``overwrite``: empty the store before any task writes (runs once, on the driver)."""
@@ -360,17 +411,20 @@ class _StoreWriting:
         puts = 0
         try:
             clone = endpoint.attach_clone(name)
+            seen = 0
             for batch in iterator:
-                keys = _column_values(batch, self._key, "key", puts)
-                values = _column_values(batch, self._value, "value", puts)
+                keys, values = self._batch_values(batch, seen)
+                seen += batch.num_rows
                 expiries = (
                     batch.column(self._expiry).to_pylist()
                     if self._expiry is not None
                     else [None] * batch.num_rows
                 )
                 for key, value, expiry in zip(keys, values, expiries, strict=True):
+                    if key is _SKIPPED:
+                        continue
                     clone.put(key, value, expiry)
-                puts += batch.num_rows
+                    puts += 1
             if puts and not clone.await_idle(STORE_TIMEOUT):
                 raise StoreWriteError(f"store {name!r}: the master did not confirm {puts} puts")
         finally:

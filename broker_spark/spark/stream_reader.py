@@ -4,7 +4,7 @@ Where each method runs decides the design (REFERENCE.md section 3). The
 offset methods (``initialOffset``, ``latestOffset``, ``partitions``,
 ``commit``, ``prepareForTriggerAvailableNow``, ``stop``) run in one
 long-lived Python process on the driver per query run; the reader keeps a
-:class:`~broker_spark.spark.driver_side.ReaderRuntime` there (spool, endpoint,
+runtime there (:mod:`~broker_spark.spark.relay.runtimes`: spool, endpoint,
 pump), started by the first of them. ``read`` runs on executors on a pickled
 copy, which never has a runtime: it only converts the partition it is given.
 
@@ -61,7 +61,7 @@ from broker_spark.spark.compat import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from broker_spark.spark.driver_side import BrokerDataLossError, ReaderRuntime
+from broker_spark.spark.driver_side import BrokerDataLossError
 from broker_spark.spark.inline_frames import CompressedFrames
 from broker_spark.spark.local_executors import LocalExecutors, jvm_token
 from broker_spark.spark.offsets import SpoolOffset
@@ -74,8 +74,10 @@ from broker_spark.spark.partitions import (
     SpoolPartition,
     read_partition,
 )
+from broker_spark.spark.relay.runtimes import Runtime, reader_runtime
 from broker_spark.spark.schema import RecordConverter
 from broker_spark.spark.segment import DataLossError
+from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL
 
 __all__ = ["MIN_RECORDS_PER_SPLIT", "BrokerStreamReader"]
 
@@ -95,7 +97,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.arrow_schema = schema
         self.make_converter()  # a schema that cannot be mapped fails here, at query start
-        self._runtime: ReaderRuntime | None = None
+        self._runtime: Runtime | None = None
         self._initial: dict[str, int] | None = None
         self._latest_at: int | None = None  # the spool's end before the first connect
         self._available_now = False
@@ -111,8 +113,9 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The converter from spool records to batches of :attr:`arrow_schema`."""
         return RecordConverter(self.arrow_schema, self.options.format, self.options.mode)
 
-    def make_runtime(self) -> ReaderRuntime:
-        return ReaderRuntime(self.options, self.options.topics)
+    def make_runtime(self) -> Runtime:
+        """Who receives: the receiver of a ``spoolPath``, a relay, or this process."""
+        return reader_runtime(self.options, logs=False, index_interval=DEFAULT_INDEX_INTERVAL)
 
     # --- pickling: executors get the configuration, never the runtime ----------------------
 
@@ -125,7 +128,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- the driver side ------------------------------------------------------------------
 
-    def _started(self, checkpoint: int | None = None) -> ReaderRuntime:
+    def _started(self, checkpoint: int | None = None) -> Runtime:
         """The runtime, started on first use; ``checkpoint`` is the highest offset Spark named."""
         runtime = self._runtime
         if runtime is None:
@@ -138,7 +141,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     # ``latest`` means what arrives once the query runs: fixed before the
                     # endpoint subscribes, so nothing sent on seeing the subscription
                     # can fall before the start (however late Spark asks).
-                    self._latest_at = runtime.check().end_offset()
+                    self._latest_at = runtime.latest_start()
                 if self._available_now:
                     self._target = runtime.check().end_offset()
                 runtime.connect()
@@ -146,9 +149,10 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 runtime.close()
                 raise
             self._runtime = runtime
-            if self.options.partition_data == "auto":
+            relayed = self.options.relay is not None
+            if self.options.partition_data == "auto" and not relayed:
                 self._local = LocalExecutors(runtime.spool_path, jvm_token())
-            if self.options.partition_data != "spool" and INLINE_CODEC == "zstd":
+            if self._inline() and INLINE_CODEC == "zstd":
                 assert runtime.spool is not None
                 self._frames = CompressedFrames(runtime.spool, INLINE_CODEC, INLINE_LEVEL)
         runtime.check()
@@ -265,6 +269,8 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         mode = self.options.partition_data
         if mode != "auto":
             return mode == "inline"
+        if self.options.relay is not None:
+            return False  # tasks fetch their ranges from the relay themselves
         local = self._local
         if local is None or not local.seen():
             return True
@@ -283,9 +289,13 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_partitions=self.options.min_partitions,
         )
 
-    def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
+    def _partition(self, runtime: Runtime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         fail = self.options.fail_on_data_loss
         if not inline:
+            if self.options.relay is not None:
+                return SpoolPartition.relayed(
+                    lo, hi, self.options.relay, self.options.connection.ssl, fail
+                )
             return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
         assert runtime.spool is not None
         if self._frames is None:
@@ -313,7 +323,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         # Retention, not commits, frees the spool (commits come late, and not for the last batch).
         done = SpoolOffset.from_dict(end).offset
-        self._started(done)
+        self._started(done).committed(done)
         self._planned(done)
 
     def stop(self) -> None:

@@ -14,14 +14,21 @@ With option ``log`` the rows are a Zeek log's records
 (:class:`~broker_spark.spark.log_rows.LogRowEncoder`): a LogCreate, then
 Batches of LogWrites.
 
-A WebSocket bridge carries only the topics it was opened with, so a task
-writing to a WebSocket API encodes all its rows first and opens the bridge
-for the topics they name.
+With option ``signature`` the rows are events of that signature, typed
+(:class:`~broker_spark.spark.event_rows.SignatureRowEncoder`).
 
-Bad rows (malformed ``data``, null topics) fail the task with the row's
-position and the decoder's message, checked per Arrow batch before any of
-that batch is published; with ``badRecordsTopic`` they are published there
-instead, as the vector ``(topic, data, reason)``.
+Over ``websocket`` the task's bridge subscribes to nothing and sends every
+message it publishes, paced to the server's queue; the server's refusals
+(Zeek's ``failed to create Zeek event``) come back attributed to messages
+(:mod:`~broker_spark.spark.server_verdicts`) and are bad rows too, and the
+task is done when the server answered that it processed everything.
+
+Bad rows (malformed ``data``, null topics, values that do not fit their Zeek
+type, rows the server refused) fail the task (``mode=FAILFAST``, the default
+without ``badRecordsTopic``) with the row's position and the reason, checked
+per Arrow batch before any of that batch is published; with
+``mode=PERMISSIVE`` they are counted and skipped, or with
+``badRecordsTopic`` published there, as the vector ``(topic, data, reason)``.
 
 ``commit`` has no side effect outside the driver's log: delivery happened in
 ``write``. It records the batch id, so a second ``commit`` of one batch
@@ -44,10 +51,21 @@ from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.delivery import acknowledged_flush, own_routes_known, peer_links
+from broker_spark.spark.delivery import (
+    DeliveryError,
+    acknowledged_flush,
+    own_routes_known,
+    peer_links,
+)
 from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowEncoder
+from broker_spark.spark.server_verdicts import (
+    Refusal,
+    ServerRejectedError,
+    ServerVerdicts,
+    bad_record,
+)
 
 __all__ = [
     "BadRowError",
@@ -64,9 +82,6 @@ ACK_TIMEOUT = 60.0
 
 #: Seconds a task waits to learn what its peers subscribe to before publishing.
 FILTER_WAIT = 5.0
-
-#: Messages a task's WebSocket link may queue (it disconnects rather than block when full).
-WEBSOCKET_QUEUE = 1 << 24
 
 
 class BadRowError(BrokerError, ValueError):
@@ -147,6 +162,10 @@ def make_encoder(schema: pa.Schema, options: WriterOptions) -> _Encoder:
         from broker_spark.spark.log_rows import LogRowEncoder
 
         return LogRowEncoder(schema, options)
+    if options.signature is not None:
+        from broker_spark.spark.event_rows import SignatureRowEncoder
+
+        return SignatureRowEncoder(schema, options)
     return RowEncoder(schema, options)
 
 
@@ -155,37 +174,56 @@ def _bad_message(bad_topic: str, row: BadRow) -> tuple[str, bytes]:
 
 
 class _Publisher:
-    """One task's endpoint: opened on first use, acknowledged and closed at the end."""
+    """One task's endpoint: opened on first use, acknowledged and closed at the end.
+
+    Over ``websocket`` the bridge subscribes to nothing and sends every message
+    the task publishes, paced; its groups are of one message when refused rows
+    are to be routed (each refusal then names its message), else of
+    :data:`~broker_spark.websocket.pacing.DEFAULT_GROUP`.
+    """
 
     def __init__(
         self,
         connection: ConnectionOptions,
         settings: EndpointSettings,
-        topics: Iterable[str | None] = (),
+        *,
+        exact_refusals: bool = False,
     ) -> None:
         self.connection = connection
         self.settings = settings
-        self.topics = {t for t in topics if t}
         self.endpoint: Endpoint | None = None
         self.links: list[Any] = []  # the peerings made at open, which must acknowledge
+        self.verdicts: ServerVerdicts | None = None  # a WebSocket server's refusals
+        self.exact_refusals = exact_refusals
 
     def open(self, topics: Iterable[str] = ()) -> Endpoint:
         if self.endpoint is None:
             conn = self.connection
             first = set(topics)  # where the first messages go: a subscriber must be known
-            wanted = sorted(self.topics | first) if conn.websocket is not None else ()
-            self.endpoint = open_endpoint(conn, settings=self.settings, websocket_topics=wanted)
+            options = {"group": 1} if self.exact_refusals else {}
+            self.endpoint = open_endpoint(conn, settings=self.settings, websocket_options=options)
             self.links = peer_links(self.endpoint)
+            bridges = [link for link in self.links if getattr(link, "pacer", None) is not None]
+            if bridges:
+                self.verdicts = ServerVerdicts(self.endpoint._loop, bridges[0])
             if conn.peers:
                 _await_peer_filters(self.endpoint, FILTER_WAIT, first, self.links)
         return self.endpoint
 
-    def publish(self, messages: list[tuple[str, bytes]]) -> None:
+    def publish(self, messages: list[tuple[str, bytes]], bad_records: bool = False) -> None:
         if messages:
             endpoint = self.endpoint
             if endpoint is None:
                 endpoint = self.open({m[0] for m in messages})
+            if self.verdicts is not None:
+                self.verdicts.sent(messages, bad_records)
             publish_encoded(endpoint, messages)
+            for link in self.links:
+                if link.closed:
+                    raise DeliveryError(
+                        f"the peering with {link.peer_str} ended before the ack "
+                        "(while the task was publishing)"
+                    )
 
     def finish(self) -> None:
         if self.endpoint is not None:
@@ -197,6 +235,56 @@ class _Publisher:
             endpoint.shutdown()
 
 
+class _Outcome:
+    """A task's counts, and what to do with the server's refusals (mode, badRecordsTopic)."""
+
+    def __init__(self, options: WriterOptions, where: str) -> None:
+        self.options = options
+        self.where = where
+        self.published = 0
+        self.bad_rows = 0
+        self.refused = 0  # rows the server refused (counted in bad_rows too)
+        self.lost_bad_records = 0  # badRecordsTopic messages the server refused
+
+    def encoded(self, encoded: EncodedBatch) -> list[tuple[str, bytes]]:
+        """The bad rows of a batch: fail (FAILFAST), or their badRecordsTopic messages."""
+        options = self.options
+        if not encoded.bad:
+            return []
+        if not options.permissive:
+            first = encoded.bad[0]
+            more = len(encoded.bad) - 1
+            extra = f" (and {more} more bad rows in this batch)" if more else ""
+            raise BadRowError(
+                f"cannot publish {self.where}, {first.describe()}{extra}; "
+                "set badRecordsTopic to publish bad rows there instead "
+                "(or mode=PERMISSIVE to count and skip them)"
+            )
+        self.bad_rows += len(encoded.bad)
+        if options.bad_records_topic is None:
+            return []
+        return [_bad_message(options.bad_records_topic, row) for row in encoded.bad]
+
+    def refusals(self, refusals: list[Refusal], server: str) -> list[tuple[str, bytes]]:
+        """Refused messages: fail (FAILFAST) with the server's words, or count and route."""
+        routed = []
+        for refusal in refusals:
+            if refusal.of_bad_records:
+                self.lost_bad_records += 1
+                continue
+            if not self.options.permissive:
+                raise ServerRejectedError(
+                    f"{server} rejected a message of {self.where}: {refusal.describe()}; "
+                    "set badRecordsTopic (or mode=PERMISSIVE) to go on without such rows"
+                )
+            self.refused += 1
+            self.bad_rows += 1
+            topic = self.options.bad_records_topic
+            if topic is not None and refusal.exact:
+                routed.append(bad_record(topic, refusal, server))
+        return routed
+
+
 def publish_batches(
     batches: Iterator[pa.RecordBatch],
     encoder: _Encoder,
@@ -204,47 +292,58 @@ def publish_batches(
     *,
     settings: EndpointSettings | None = None,
 ) -> BrokerCommitMessage:
-    """Publish every row of ``batches``; return once the first peer acknowledged them."""
+    """Publish every row of ``batches``; return once the first peer acknowledged them (over
+    ``websocket``: once the server answered that it processed them)."""
     partition, where = _task_identity()
-    if settings is None:
-        # A WebSocket link drops a peer that falls too far behind instead of pushing back;
-        # a task's messages are in memory anyway, so let the link queue all of them.
-        bridged = options.connection.websocket is not None
-        settings = EndpointSettings(peer_buffer_size=WEBSOCKET_QUEUE if bridged else 8192)
-    publisher = _Publisher(options.connection, settings, (options.topic, options.bad_records_topic))
-    buffered = options.connection.websocket is not None and options.topic is None
-    pending: list[tuple[str, bytes]] = []
-    published = bad_rows = position = 0
+    publisher = _Publisher(
+        options.connection,
+        settings or EndpointSettings(),
+        exact_refusals=options.bad_records_topic is not None,
+    )
+    server = options.connection.websocket.url if options.connection.websocket else "the server"
+    outcome = _Outcome(options, where)
+    position = 0
     try:
         for batch in batches:
             encoded = encoder.encode(batch, position)
             position += batch.num_rows
-            if encoded.bad:
-                if options.bad_records_topic is None:
-                    first = encoded.bad[0]
-                    more = len(encoded.bad) - 1
-                    extra = f" (and {more} more bad rows in this batch)" if more else ""
-                    raise BadRowError(
-                        f"cannot publish {where}, {first.describe()}{extra}; "
-                        "set badRecordsTopic to publish bad rows there instead"
-                    )
-                encoded.messages.extend(
-                    _bad_message(options.bad_records_topic, row) for row in encoded.bad
-                )
-                bad_rows += len(encoded.bad)
-            published += len(encoded.messages)
-            if buffered:
-                pending.extend(encoded.messages)
-            else:
-                publisher.publish(encoded.messages)
-        if pending:
-            publisher.publish(pending)
+            bad = outcome.encoded(encoded)
+            outcome.published += len(encoded.messages) + len(bad)
+            publisher.publish(encoded.messages)
+            publisher.publish(bad, bad_records=True)
+            if publisher.verdicts is not None:
+                routed = outcome.refusals(publisher.verdicts.take(), server)
+                outcome.published += len(routed)
+                publisher.publish(routed, bad_records=True)
         publisher.finish()
+        while publisher.verdicts is not None:
+            routed = outcome.refusals(publisher.verdicts.take(), server)
+            if not routed:
+                break
+            outcome.published += len(routed)
+            publisher.publish(routed, bad_records=True)
+            publisher.finish()
     finally:
         publisher.close()
-    if bad_rows:
-        log.warning("%s: %d bad rows went to %s", where, bad_rows, options.bad_records_topic)
-    return BrokerCommitMessage(published, bad_rows, partition)
+    if outcome.bad_rows:
+        log.warning(
+            "%s: %d bad rows (%d refused by %s) %s",
+            where,
+            outcome.bad_rows,
+            outcome.refused,
+            server,
+            f"went to {options.bad_records_topic}" if options.bad_records_topic else "skipped",
+        )
+    if outcome.lost_bad_records:
+        log.warning(
+            "%s: %s refused %d messages of badRecordsTopic %s (Zeek's WebSocket API takes events only)",
+            where,
+            server,
+            outcome.lost_bad_records,
+            options.bad_records_topic,
+        )
+    accepted = outcome.published - outcome.refused - outcome.lost_bad_records
+    return BrokerCommitMessage(accepted, outcome.bad_rows, partition)
 
 
 class _Committer:

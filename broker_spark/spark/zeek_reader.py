@@ -23,10 +23,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from broker_spark.spark.driver_side import ReaderRuntime
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.parallelism import MIN_RECORDS_PER_SPLIT, split_batch
 from broker_spark.spark.partitions import SpoolPartition, read_partition
+from broker_spark.spark.relay.runtimes import Runtime, reader_runtime
 from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
@@ -95,14 +95,10 @@ class ZeekLogStreamReader(BrokerStreamReader):
             schemas or (),
         )
 
-    def make_runtime(self) -> ReaderRuntime:
-        self._history = LogSchemaHistory(self.options.spool.path)
-        return ReaderRuntime(
-            self.options,
-            self.options.topics,
-            observe=self._history.observe,
-            index_interval=SPOOL_INDEX_INTERVAL,
-        )
+    def make_runtime(self) -> Runtime:
+        runtime = reader_runtime(self.options, logs=True, index_interval=SPOOL_INDEX_INTERVAL)
+        self._history = runtime.history
+        return runtime
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -122,7 +118,7 @@ class ZeekLogStreamReader(BrokerStreamReader):
             min_partitions=self.options.min_partitions,
         )
 
-    def _partition(self, runtime: ReaderRuntime, lo: int, hi: int, inline: bool) -> SpoolPartition:
+    def _partition(self, runtime: Runtime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         part = super()._partition(runtime, lo, hi, inline)
         part.schemas = self._history.snapshot(lo) if self._history is not None else []
         return part

@@ -71,19 +71,58 @@ class LogSchemaHistory:
         self._readonly = readonly
         self._messages = 0  # messages seen by observe, and the log records in them
         self._records = 0
+        self._assumed = 1.0  # records per message, as the spool's owner saw them
+        self._read_to = 0  # how far the file was read (a read-only view tails it)
+        self._lines_read = 0
         if self._path is not None and os.path.exists(self._path):
             self._load(self._path)
 
     def _load(self, path: str) -> None:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                try:
-                    obj = json.loads(line)
-                    key = (str(obj["sender"]), str(obj["stream"]), str(obj["path"]))
-                    schema = LogSchema.from_json(obj["schema"], source="LogCreate")
-                    self._entries.setdefault(key, []).append((int(obj["offset"]), schema))
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.warning("%s line %d: ignored (%s)", path, number, exc)
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._read_to)
+                raw = f.read()
+        except FileNotFoundError:
+            return
+        end = raw.rfind(b"\n") + 1  # whole lines only: the writer may be mid-line
+        self._read_to += end
+        for line in raw[:end].splitlines():
+            self._lines_read += 1
+            try:
+                self._merge([json.loads(line)])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s line %d: ignored (%s)", path, self._lines_read, exc)
+
+    def refresh(self) -> None:
+        """A read-only view: take the changes the spool's owner wrote since the last look."""
+        if self._path is not None and self._readonly:
+            with self._lock:
+                self._load(self._path)
+
+    def merge(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Add changes in the form :meth:`entries` gives them (a relay's, a file's lines).
+        Raises ``ValueError``/``KeyError``/``TypeError`` on one that is malformed."""
+        with self._lock:
+            self._merge(entries)
+
+    def _merge(self, entries: Sequence[dict[str, Any]]) -> None:
+        for obj in entries:
+            key = (str(obj["sender"]), str(obj["stream"]), str(obj["path"]))
+            schema = LogSchema.from_json(obj["schema"], source="LogCreate")
+            known = self._entries.setdefault(key, [])
+            offset = int(obj["offset"])
+            if (offset, schema) not in known:
+                known.append((offset, schema))
+                known.sort(key=lambda e: e[0])
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every change, as the history file's lines: offset, sender, stream, path, schema."""
+        with self._lock:
+            return [
+                _entry(offset, key[0], schema)
+                for key, changes in self._entries.items()
+                for offset, schema in changes
+            ]
 
     def observe(self, first_offset: int, items: Sequence[Sequence[Any]]) -> None:
         """Remember the LogCreates among messages appended from ``first_offset`` on (the
@@ -113,11 +152,18 @@ class LogSchemaHistory:
 
     def records_per_message(self) -> float:
         """How many log records a message has held on average (1 before any was seen):
-        Zeek's Batches hold up to 400, so a partition is planned by records, not messages."""
+        Zeek's Batches hold up to 400, so a partition is planned by records, not messages.
+        A view of a spool another process fills takes that process's figure
+        (:meth:`assume_records_per_message`)."""
         with self._lock:
             if not self._messages or not self._records:
-                return 1.0
+                return self._assumed
             return max(1.0, self._records / self._messages)
+
+    def assume_records_per_message(self, ratio: float) -> None:
+        """What the spool's owner saw (a receiver's, a relay's history observes, not this)."""
+        with self._lock:
+            self._assumed = max(1.0, float(ratio))
 
     def add(self, offset: int, sender: str, schema: LogSchema) -> bool:
         """Remember ``schema`` from ``offset`` on; True when it changed the log's columns."""
@@ -129,15 +175,8 @@ class LogSchemaHistory:
             previous = self._latest_for(schema.path)
             entries.append((offset, schema))
             if self._path is not None and not self._readonly:
-                line = {
-                    "offset": offset,
-                    "sender": sender,
-                    "stream": schema.stream,
-                    "path": schema.path,
-                    "schema": schema.to_json(),
-                }
                 with open(self._path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(line) + "\n")
+                    f.write(json.dumps(_entry(offset, sender, schema)) + "\n")
         if previous is not None and previous.fields != schema.fields:
             log.warning(
                 "offset %d: a LogCreate from %s changed the columns of log %s: %s. A running "
@@ -175,3 +214,13 @@ class LogSchemaHistory:
             if p == path and entries and (best is None or entries[-1][0] >= best[0]):
                 best = entries[-1]
         return best[1] if best is not None else None
+
+
+def _entry(offset: int, sender: str, schema: LogSchema) -> dict[str, Any]:
+    return {
+        "offset": offset,
+        "sender": sender,
+        "stream": schema.stream,
+        "path": schema.path,
+        "schema": schema.to_json(),
+    }

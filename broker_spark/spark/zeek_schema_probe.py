@@ -41,6 +41,8 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
             found = None
         if found is not None:
             return found
+    if options.relay is not None:
+        return _from_relay(options, path)
     conn = options.connection
     if options.schema_wait <= 0 or not (conn.peers or conn.listen):
         return None
@@ -49,6 +51,22 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
     except (BrokerError, OSError) as exc:
         log.info("learning the columns of %s at load: %s (using Zeek's standard ones)", path, exc)
         return None
+
+
+def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
+    """What the relay learned of the log's columns."""
+    from broker_spark.spark.relay.runtimes import RelayRuntime
+
+    runtime = RelayRuntime(options, logs=True)
+    try:
+        runtime.open_spool()
+    except BrokerError as exc:
+        log.info("learning the columns of %s from %s: %s", path, runtime.where, exc)
+        return None
+    finally:
+        runtime.close()
+    assert runtime.history is not None
+    return runtime.history.latest(path)
 
 
 def _probe(options: ReaderOptions, path: str) -> LogSchema | None:

@@ -4,14 +4,22 @@ A :class:`WebSocketPeer` dials the URL, sends its topics as the subscriptions,
 reads the ack (the remote endpoint's id) and then bridges both ways through a
 :class:`~broker_spark.websocket.link.WebSocketLink`:
 
-- data messages from the remote enter our central merge as if a peer had sent
+- data messages from the remote, on the topics we subscribed to (``topics``,
+  sent as the first message), enter our central merge as if a peer had sent
   them: local subscribers get them, matching peers too;
-- our own publications (and, when forwarding, what peers send us) whose topic
-  matches the *same* topics go to the remote. The WebSocket API never tells a
-  client what the server's side wants, so the topics given are the interest
-  in both directions: subscribe to ``zeek/events`` and you both receive and
-  send on ``zeek/events``. A server that echoed a client's publications back
-  would make them loop once through us; neither Broker nor Zeek does.
+- what we send is apart from that, as Zeek means it (its server takes a
+  client's publication on any topic): by default every publication of this
+  endpoint, whatever its topic; with ``publish_topics``, our publications
+  and (when forwarding) peers' messages whose topic has one of those
+  prefixes. A server that echoed a client's publications back would make
+  them loop once through us; neither Broker nor Zeek does.
+
+What we send is paced (:mod:`~broker_spark.websocket.pacing`): never more in
+flight than the server's queue holds (``window``, Zeek's 32 by default),
+each group of messages followed by a probe whose echo says the server
+processed it; the server's rejections of our messages (Zeek's ``failed to
+create Zeek event``) are reported as ``Error`` statuses and kept on the
+link's pacer, attributed to the messages they concern.
 
 Like a native peer it reports ``EndpointDiscovered`` then ``PeerAdded`` when
 the ack arrives, ``PeerLost`` (and ``EndpointUnreachable``) when the
@@ -44,6 +52,7 @@ from broker_spark.websocket.messages import (
     parse_server_reply,
     subscriptions_text,
 )
+from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW, EchoPacer
 
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
@@ -77,6 +86,9 @@ class WebSocketPeer:
         url: str,
         topics: tuple[str, ...],
         *,
+        publish_topics: tuple[str, ...] | None = None,
+        window: int = DEFAULT_WINDOW,
+        group: int = DEFAULT_GROUP,
         retry: float,
         ssl_context: ssl.SSLContext | None,
         send_capacity: int,
@@ -87,6 +99,9 @@ class WebSocketPeer:
         self.core = core
         self.url = url
         self.topics = topics
+        self.publish_topics = publish_topics
+        self.window = window
+        self.group = group
         self.retry = retry
         self.ssl_context = ssl_context
         self.send_capacity = send_capacity
@@ -168,15 +183,18 @@ class WebSocketPeer:
             reply = await self._handshake(ws)
             if reply is None or self._stopping:
                 return
+            everything = self.publish_topics is None
             link = WebSocketLink(
                 self.core,
                 ws,
-                prefixes=self.topics,
+                prefixes=("",) if everything else self.publish_topics or (),
                 send_capacity=self.send_capacity,
                 network=self.network,
                 flags=PeerFlags.Remote | PeerFlags.Outbound,
                 peer_str=reply.a,
+                pacer=EchoPacer(self.window, self.group),
             )
+            link.takes_forwarded = not everything
             try:
                 self.core.add_link(link)
             except BrokerError as exc:
@@ -247,6 +265,6 @@ class WebSocketPeer:
                 node_msg = (reply.a, payload, DATA, ttl, sender)
                 if not link.offer(node_msg) and not await link.feed(node_msg):
                     return
-            elif reply.kind == "error":
+            elif reply.kind == "error" and not link.server_error(reply.a, reply.b):
                 code = _EC_BY_NAME.get(reply.a, EC.Unspecified)
                 core.emit(Error(code, f"{self.url} reported {reply.a}: {reply.b}", info))

@@ -6,14 +6,20 @@ like any peer: the core routes to it the data messages whose topic matches
 ``prefixes`` (never the ones it sent itself), and what arrives on it enters
 the central merge through ``source`` as if a peer had sent it.
 
-Why the send side never pushes back on the core: a WebSocket client is a
-third-party program that may read slowly or stop reading. If its buffer could
-stall the core, one slow client would slow the endpoint and everyone else.
-So ``room()`` is unbounded and ``deliver`` appends to a bounded queue of
-node messages; when a delivery would overflow it, the link gives up on the
-client: the queue is dropped, an error for the client is kept as the last
-word, and the owner closes the connection. Messages are rendered to JSON only
-when the writer takes them, so a burst costs a reference per message.
+Why the send side of a server's link never pushes back on the core: a
+WebSocket client is a third-party program that may read slowly or stop
+reading. If its buffer could stall the core, one slow client would slow the
+endpoint and everyone else. So ``room()`` is unbounded and ``deliver``
+appends to a bounded queue of node messages; when a delivery would overflow
+it, the link gives up on the client: the queue is dropped, an error for the
+client is kept as the last word, and the owner closes the connection.
+Messages are rendered to JSON only when the writer takes them, so a burst
+costs a reference per message.
+
+Our own bridge to a server (the client role) is the other way round: the
+server's queue is small and a server that is outrun drops us, so what we
+send is paced (:mod:`~broker_spark.websocket.pacing`) and the link's room is
+what its queue has left: a publisher faster than the server waits.
 
 The receive side does push back: the reader waits for room in ``source``
 before taking the next frame, so a client that publishes faster than the
@@ -35,6 +41,7 @@ from broker_spark.core.queues import UNBOUNDED_ROOM
 from broker_spark.errors import EC, SC, BrokerError, ShutdownError
 from broker_spark.status import Error, NetworkInfo, PeerFlags
 from broker_spark.websocket.messages import error_text, render_data_message
+from broker_spark.websocket.pacing import PROBE, EchoPacer
 
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
@@ -82,6 +89,8 @@ class WebSocketLink(Link):
         "_source_room",
         "_loop",
         "_thread",
+        "pacer",
+        "_room_wanted",
     )
 
     def __init__(
@@ -94,6 +103,7 @@ class WebSocketLink(Link):
         network: NetworkInfo | None = None,
         flags: PeerFlags = PeerFlags.Remote,
         peer_str: str | None = None,
+        pacer: EchoPacer | None = None,
     ) -> None:
         # WebSocket clients carry no endpoint id of their own: each connection gets one.
         super().__init__(core, uuid.uuid4().bytes, network=network, flags=flags)
@@ -113,14 +123,22 @@ class WebSocketLink(Link):
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.source.on_room = self._on_source_room
+        #: Paces what we publish to a server (our client role; see websocket.pacing).
+        self.pacer = pacer
+        self._room_wanted = False
 
     # -- the Link contract (called on the core's loop) -----------------------------
 
     def room(self) -> int:
-        return UNBOUNDED_ROOM
+        if self.pacer is None:
+            return UNBOUNDED_ROOM
+        # Paced (our own bridge to a server): the server sets the pace, and what we
+        # publish waits in the core, then in the publisher, rather than piling up here.
+        return max(0, self.send_capacity - len(self.out))
 
     def want_room(self) -> None:
-        return None
+        if self.pacer is not None:
+            self._room_wanted = True
 
     def deliver(self, msgs: list) -> None:
         if self.closed:
@@ -166,6 +184,9 @@ class WebSocketLink(Link):
 
     async def write_loop(self) -> None:
         """Send queued messages as JSON text frames until the link closes."""
+        if self.pacer is not None:
+            await self._paced_write_loop(self.pacer)
+            return
         out = self.out
         send = self.ws.send
         while not self.closed:
@@ -174,18 +195,55 @@ class WebSocketLink(Link):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            item = out.popleft()
-            if type(item) is str:
-                text = item
-            else:
-                try:
-                    text = render_data_message(item[0], item[1])
-                except (BrokerError, ValueError) as exc:
-                    text = error_text(
-                        EC.SerializationFailed,
-                        f"cannot render the message on topic {item[0]!r} as JSON -> {exc}",
-                    )
-            await send(text)
+            await send(_text_of(out.popleft()))
+
+    async def _paced_write_loop(self, pacer: EchoPacer) -> None:
+        """Send data messages as the pacer allows, each group followed by a probe."""
+        out = self.out
+        send = self.ws.send
+        while not self.closed:
+            if out and pacer.may_send():
+                item = out.popleft()
+                if self._room_wanted and len(out) <= self.send_capacity // 2:
+                    self._room_wanted = False
+                    self.core.wake()
+                await send(_text_of(item))
+                if type(item) is not str:
+                    pacer.sent_data()
+            elif pacer.should_probe(bool(out)):
+                await send(PROBE)
+                pacer.sent_probe()
+            else:  # wait for more to send, or for an echo to open the window
+                if out:
+                    self._render_ahead(pacer.window)
+                self._writer_waiting = True
+                self._wake.clear()
+                await self._wake.wait()
+
+    def _render_ahead(self, count: int) -> None:
+        """Render the next ``count`` queued messages while the server catches up, so that
+        when its echo opens the window they go out at once and it is not kept waiting."""
+        out = self.out
+        for i in range(min(count, len(out))):
+            item = out[i]
+            if type(item) is tuple:
+                out[i] = _Rendered(_text_of(item))
+
+    def server_error(self, code: str, context: str) -> bool:
+        """An error the server sent (client role); True if it was a probe's echo."""
+        if self.pacer is None:
+            return False
+        echo = self.pacer.on_error(code, context)
+        if echo:
+            self._writer_waiting = False
+            self._wake.set()
+        return echo
+
+    def settled(self) -> bool:
+        """Nothing left to send, and (paced) the server processed everything sent."""
+        if self.out:
+            return False
+        return self.pacer.idle if self.pacer is not None else self._writer_waiting
 
     def _overflow(self) -> None:
         """Give up on a reader that fell ``send_capacity`` messages behind."""
@@ -242,6 +300,25 @@ class WebSocketLink(Link):
         else:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(event.set)
+
+
+class _Rendered(str):
+    """A queued data message already rendered as JSON (a plain ``str`` is a ready reply)."""
+
+    __slots__ = ()
+
+
+def _text_of(item: Any) -> str:
+    """The JSON text of a queued item: a ready text, or a node message rendered now."""
+    if isinstance(item, str):
+        return item
+    try:
+        return render_data_message(item[0], item[1])
+    except (BrokerError, ValueError) as exc:
+        return error_text(
+            EC.SerializationFailed,
+            f"cannot render the message on topic {item[0]!r} as JSON -> {exc}",
+        )
 
 
 async def close_connection(

@@ -24,12 +24,14 @@ from __future__ import annotations
 import concurrent.futures
 import ssl
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.tls import TLSContexts, TLSSettings, make_contexts
 from broker_spark.subscriber import topic_list
 from broker_spark.version import Version
 from broker_spark.websocket.client import WebSocketPeer, normalize_url
+from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW
 from broker_spark.websocket.server import WebSocketServer
 
 if TYPE_CHECKING:
@@ -162,6 +164,9 @@ class WebSocketManager:
         topics: Any = (),
         retry: float = 10.0,
         *,
+        publish_topics: Any = None,
+        window: int = DEFAULT_WINDOW,
+        group: int = DEFAULT_GROUP,
         send_buffer_size: int | None = None,
         max_size: int = DEFAULT_MAX_SIZE,
         open_timeout: float = DEFAULT_OPEN_TIMEOUT,
@@ -170,6 +175,10 @@ class WebSocketManager:
         wait: bool = True,
     ) -> bool:
         """Bridge to the WebSocket API at ``url``; True once acked (see :class:`WebSocketPeer`).
+
+        ``topics`` are what we subscribe to; what we send is every publication of this
+        endpoint, or (``publish_topics``) those and forwarded messages on those prefixes;
+        at most ``window`` messages are in flight, a probe after every ``group``.
 
         With ``wait`` (the default) blocks until the first attempt succeeded or
         failed; with ``retry`` > 0 a failed bridge keeps trying in the background.
@@ -183,10 +192,16 @@ class WebSocketManager:
             existing = self.peers.get(url)
         if existing is not None and not existing.finished:
             return existing.link is not None
+        publish = (
+            None if publish_topics is None else tuple(dict.fromkeys(topic_list(publish_topics)))
+        )
         bridge = WebSocketPeer(
             self._core,
             url,
             prefixes,
+            publish_topics=publish,
+            window=_positive("window", window, DEFAULT_WINDOW),
+            group=_positive("group", group, DEFAULT_GROUP),
             retry=float(retry),
             ssl_context=ssl_context,
             send_capacity=_positive(
@@ -205,6 +220,28 @@ class WebSocketManager:
             return bridge.first_result.result(2 * open_timeout + close_timeout)
         except concurrent.futures.TimeoutError:
             return False
+
+    def link(self, url: str) -> Any:
+        """The link of the bridge to ``url`` while it is up, else None."""
+        with self._lock:
+            bridge = self.peers.get(normalize_url(url))
+        return None if bridge is None else bridge.link
+
+    def flush(self, url: str, timeout: float) -> bool:
+        """Wait until the bridge to ``url`` sent everything and the server processed it (the
+        echo of the last probe); False when it did not within ``timeout`` or the link is down."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while True:
+            link = self.link(url)
+            if link is None or link.closed:
+                return False
+            if self._loop.run_sync(link.settled):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def unpeer(self, url: str) -> bool:
         """Stop the bridge to ``url`` (the peer is reported removed); False if there was none."""

@@ -1,0 +1,252 @@
+"""Catching up from a relay: a query replays a relay's spool over loopback, against the same
+spool read locally, in one run.
+
+Usage: ``python bench/relay.py [--quick] [--json] [--events N] [--conn-rows N]``
+
+A spool is filled with the records a query would find after a day away: small
+Zeek events (the worst case per record) and, in a second spool, the demo's
+conn-log Batches (400 records a message, as Zeek sends its logs). Each is then
+read from its first offset to its end by a streaming query
+(``startingOffsets=earliest``, ``trigger(availableNow=True)``, the ``noop``
+sink, every other option at its default):
+
+- **local**: ``spoolPath`` on the same disk (what a query with a receiver reads);
+- **relay**: a relay serving that spool (``broker-spark node --spool``'s server,
+  plain TCP on loopback), the query with ``.option("relay", ...)``: its tasks
+  fetch their ranges from the relay;
+- **relay, inline**: the same with ``partitionData=inline`` (the driver fetches
+  and ships the records: for executors that cannot reach the relay).
+
+Rows per second over the batches that had rows (first start to last end),
+best of ``--repeat`` runs each, and the relay's share of the local rate (the
+target is at least half). Also the bare fetch: the record stream of the whole
+spool over one connection, against ``read_packed`` of the same ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from broker_spark import zeek  # noqa: E402
+from broker_spark.data.binary import encode  # noqa: E402
+from broker_spark.spark.spool import Spool  # noqa: E402
+
+
+def _fill_events(path: str, count: int) -> None:
+    import broker_spark as broker
+
+    payloads = [encode(zeek.Event("ping", broker.Count(i), f"host-{i % 500}")) for i in range(1000)]
+    with Spool(path) as spool:
+        now = time.time_ns()
+        for lo in range(0, count, 8192):
+            n = min(8192, count - lo)
+            spool.append_batch(
+                [("zeek/events/ping", payloads[(lo + i) % 1000], "zeek", now) for i in range(n)]
+            )
+
+
+def _fill_conn(path: str, rows: int) -> int:
+    from broker_spark.demo.events import ConnectionLogs
+    from broker_spark.zeek import LogCreate
+
+    source = ConnectionLogs(seed=7)
+    with Spool(path, index_interval=8) as spool:
+        now = time.time_ns()
+        spool.append_batch(
+            [("zeek/logs/Conn::LOG", encode(LogCreate.of(source.schema)), "zeek", now)]
+        )
+        records = [(topic, encode(batch), "zeek", now) for topic, batch in source.messages(rows)]
+        spool.append_batch(records)
+        return len(records) + 1
+
+
+def _serve(path: str, index_interval: int, ports: Any, stop: Any) -> None:
+    """A relay's server over an existing spool, in a process of its own (as a relay node is):
+    no endpoint, nothing new arrives."""
+    from broker_spark.spark.relay.server import SpoolServer
+    from broker_spark.spark.relay.service import SpoolService
+    from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+
+    spool = Spool(path, index_interval=index_interval)
+    server = SpoolServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
+    ports.put(server.serve_tcp("127.0.0.1", 0))
+    stop.wait()
+    server.close()
+    spool.close()
+
+
+class _Relay:
+    def __init__(self, path: str, index_interval: int) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        ports, self._stop = ctx.Queue(), ctx.Event()
+        self._proc = ctx.Process(
+            target=_serve, args=(path, index_interval, ports, self._stop), daemon=True
+        )
+        self._proc.start()
+        self.port = ports.get(timeout=60)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._proc.join(30)
+
+
+def _query(spark: Any, options: dict[str, str]) -> dict[str, Any]:
+    from spark_stream import CpuSampler, _per_row, _sustained
+
+    reader = spark.readStream.format("broker")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    sampler = CpuSampler().__enter__()
+    started = time.monotonic()
+    query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(600)
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        sampler.__exit__()
+    rate, rows, seconds = _sustained(progress)
+    return {
+        "rows": rows,
+        "rows_per_s": rate,
+        "seconds": seconds,
+        "wall_s": time.monotonic() - started,
+        "cpu_us_per_row": _per_row(sampler.by_role(), rows),
+    }
+
+
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(runs, key=lambda r: r["rows_per_s"])
+
+
+def bench_kind(spark: Any, path: str, logs: bool, repeat: int) -> dict[str, Any]:
+    base = {"startingOffsets": "earliest", "ssl.disable": "true"}
+    if logs:
+        base.update({"format": "zeek-logs", "logs": "conn", "schemaWait": "0"})
+    else:
+        base["topics"] = "zeek/events/"
+    index = 8 if logs else 128
+    local = {**base, "spoolPath": path, "receiver": "false", "listen": "127.0.0.1:0"}
+    out: dict[str, Any] = {"local": _best([_query(spark, local) for _ in range(repeat)])}
+    relay = _Relay(path, index)
+    try:
+        remote = {**base, "relay": f"127.0.0.1:{relay.port}"}
+        out["relay"] = _best([_query(spark, remote) for _ in range(repeat)])
+        inline = {**remote, "partitionData": "inline"}
+        out["relay_inline"] = _best([_query(spark, inline) for _ in range(repeat)])
+        out["fetch"] = _fetch(relay, path)
+    finally:
+        relay.close()
+    out["relay_vs_local"] = out["relay"]["rows_per_s"] / out["local"]["rows_per_s"]
+    out["relay_inline_vs_local"] = out["relay_inline"]["rows_per_s"] / out["local"]["rows_per_s"]
+    return out
+
+
+def _fetch(relay: _Relay, path: str) -> dict[str, Any]:
+    """The whole spool's record stream: over one relay connection, and read locally."""
+    from broker_spark.spark.relay.client import SpoolClient
+
+    with Spool(path, readonly=True) as view:
+        start, end = view.start_offset(), view.end_offset()
+    step = 100_000
+    began = time.perf_counter()
+    size = 0
+    with SpoolClient.tcp("127.0.0.1", relay.port, None) as client:
+        client.hello("follow", "bench")
+        for lo in range(start, end, step):
+            size += len(client.fetch(lo, min(end, lo + step), 300))
+    remote = time.perf_counter() - began
+    began = time.perf_counter()
+    local_size = 0
+    with Spool(path, readonly=True) as view:
+        for lo in range(start, end, step):
+            local_size += len(view.read_packed(lo, min(end, lo + step)))
+    local = time.perf_counter() - began
+    assert size == local_size
+    return {
+        "records": end - start,
+        "mib": size / (1 << 20),
+        "relay_mib_per_s": size / (1 << 20) / remote,
+        "local_mib_per_s": size / (1 << 20) / local,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--events", type=int, default=None, help="small events (1,000,000)")
+    parser.add_argument("--conn-rows", type=int, default=None, help="conn rows (1,000,000)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs of each, best kept (2)")
+    args = parser.parse_args()
+    events = args.events or (100_000 if args.quick else 1_000_000)
+    conn = args.conn_rows or (40_000 if args.quick else 1_000_000)
+    repeat = args.repeat or (1 if args.quick else 2)
+    from spark_stream import _session
+
+    work = tempfile.mkdtemp(prefix="bench-spool-relay-")
+    spark = _session()
+    results: dict[str, Any] = {}
+    try:
+        events_path = str(Path(work) / "events")
+        _fill_events(events_path, events)
+        results["events"] = bench_kind(spark, events_path, logs=False, repeat=repeat) | {
+            "records": events
+        }
+        conn_path = str(Path(work) / "conn")
+        messages = _fill_conn(conn_path, conn)
+        results["conn"] = bench_kind(spark, conn_path, logs=True, repeat=repeat) | {
+            "rows": conn,
+            "messages": messages,
+        }
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    _table(results)
+
+
+def _table(r: dict[str, Any]) -> None:
+    print("| spool | read | rows/s | against local | CPU us/row |")
+    print("| --- | --- | ---: | ---: | --- |")
+    for kind, label in (("events", "small Zeek events"), ("conn", "conn log, Batches of 400")):
+        x = r[kind]
+        for key, how in (
+            ("local", "local spoolPath"),
+            ("relay", "relay, tasks fetch"),
+            ("relay_inline", "relay, partitionData=inline"),
+        ):
+            run = x[key]
+            ratio = (
+                "1.00x"
+                if key == "local"
+                else f"{run['rows_per_s'] / x['local']['rows_per_s']:.2f}x"
+            )
+            cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())
+            print(f"| {label} | {how} | {run['rows_per_s']:,.0f} | {ratio} | {cpu} |")
+        f = x["fetch"]
+        print(
+            f"| {label} | bare fetch of {f['mib']:,.0f} MiB | relay {f['relay_mib_per_s']:,.0f} MiB/s"
+            f" | local read {f['local_mib_per_s']:,.0f} MiB/s | |"
+        )
+
+
+if __name__ == "__main__":
+    main()

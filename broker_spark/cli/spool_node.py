@@ -1,0 +1,113 @@
+"""``broker-spark node --spool DIR --subscribe PREFIX...``: an always-on relay for readers.
+
+The node appends every message on the subscribed topics to a durable spool
+(the stream reader's own format: dense offsets, segments, retention) and
+serves it with the spool protocol over TCP (TLS with the node's TLS
+settings, as its peerings): a Spark reader with ``.option("relay", ...)``
+replays from its checkpoint and follows live, so a query that is down (a
+deploy, a failure, a driver that crashed) misses nothing the relay kept.
+See ``docs/relay.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from broker_spark.cli.errors import CliError, UsageError
+
+__all__ = ["DEFAULT_RELAY", "RelayNode", "size_value"]
+
+log = logging.getLogger("broker_spark.cli")
+
+#: Where a relay serves readers unless told otherwise (next to Broker's 9999).
+DEFAULT_RELAY = ("127.0.0.1", 9998)
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size_value(text: str) -> int:
+    """A size in bytes: ``1073741824``, ``512m``, ``1g``."""
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in _UNITS and not raw[-1:].isdigit() else ""
+    number = raw[: len(raw) - len(unit)] if unit else raw
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"{text!r} is not a size (such as 1073741824, 512m or 1g)")
+    return int(number) * _UNITS[unit]
+
+
+@dataclass
+class SpoolSettings:
+    """The ``[spool]`` part of a node's settings."""
+
+    directory: str
+    topics: list[str]
+    relay: tuple[str, int] | None
+    retention_bytes: int | None
+    retention_seconds: float | None
+
+
+class RelayNode:
+    """The spool, its subscription, its pump and its server, next to a node's endpoint."""
+
+    def __init__(self, settings: SpoolSettings) -> None:
+        from broker_spark.spark.relay.service import SpoolService
+        from broker_spark.spark.spool import Spool, SpoolLockedError
+        from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+
+        if not settings.topics:
+            raise UsageError("--spool needs topics to keep: --subscribe PREFIX (repeatable)")
+        self.settings = settings
+        retention_ms = (
+            int(settings.retention_seconds * 1000) if settings.retention_seconds else None
+        )
+        try:
+            spool = Spool(
+                settings.directory,
+                retention_bytes=settings.retention_bytes,
+                retention_ms=retention_ms,
+            )
+        except SpoolLockedError:
+            raise CliError(
+                f"spool {settings.directory} is owned by another process "
+                "(a relay or a query's receiver)"
+            ) from None
+        except OSError as exc:
+            raise CliError(f"cannot open spool {settings.directory}: {exc}") from None
+        self.service = SpoolService(
+            spool, settings.topics, history=LogSchemaHistory(settings.directory)
+        )
+        self.server: Any = None
+
+    def subscribe(self, endpoint: Any) -> None:
+        """Before the endpoint peers: peers learn the subscription in the handshake."""
+        self.service.subscribe(endpoint)
+
+    def start(self, tls: Any) -> int | None:
+        """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""
+        from broker_spark.spark.relay.server import SpoolServer
+
+        self.service.start()
+        spool = self.service.spool
+        log.info(
+            "spooling %s into %s (offsets %d to %d held)",
+            ", ".join(self.settings.topics),
+            spool.path,
+            spool.start_offset(),
+            spool.end_offset(),
+        )
+        if self.settings.relay is None:
+            return None
+        self.server = SpoolServer(self.service, name="broker-spark-relay")
+        host, port = self.settings.relay
+        try:
+            return self.server.serve_tcp(host, port, tls)
+        except OSError as exc:
+            raise CliError(f"cannot serve the relay on {host}:{port}: {exc}") from None
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        self.service.close()
+        self.service.spool.close()

@@ -1,0 +1,191 @@
+"""``broker-spark status --spool DIR | --relay HOST:PORT`` and ``broker-spark receiver stop DIR``.
+
+A spool's status comes from its owner over the spool protocol: a query's
+receiver through its Unix socket, a relay over TCP (TLS as the flags say).
+With no receiver running, the spool itself still tells its offsets, size
+and oldest record. Shown: the peers, the spool's first and next offset, its
+bytes, its oldest record's age, a failure (a full disk) and each reader with
+its committed offset and lag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from broker_spark.cli.args import host_port
+from broker_spark.cli.errors import CliError
+from broker_spark.cli.tables import table
+
+__all__ = ["add_status_arguments", "format_spool_status", "register", "run_spool_status"]
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--spool`` and ``--relay`` for ``broker-spark status``."""
+    group = parser.add_argument_group("a spool instead of a node")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--spool", metavar="DIR", help="a spoolPath: its receiver, or the spool")
+    where.add_argument("--relay", type=host_port, metavar="HOST:PORT", help="a relay node")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "receiver",
+        help="the receiver process of a query's spoolPath",
+        description="A streaming query with a spoolPath receives in a process of its own, "
+        "which outlives the query (it stops an hour after its last reader, by default).",
+        epilog="examples:\n"
+        "  broker-spark status --spool /data/spool\n"
+        "  broker-spark receiver stop /data/spool",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    stop = actions.add_parser("stop", help="stop the receiver of a spool")
+    stop.add_argument("spool", metavar="SPOOLPATH", help="the query's spoolPath")
+    stop.set_defaults(run=run_stop)
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from broker_spark.spark.relay.attach import ReceiverError, stop_receiver
+
+    if not os.path.isdir(args.spool):
+        raise CliError(f"{args.spool} is not a folder")
+    try:
+        pid = stop_receiver(args.spool)
+    except ReceiverError as exc:
+        raise CliError(str(exc)) from None
+    print(f"stopped the receiver of {args.spool} (pid {pid})" if pid else "no receiver running")
+    return 0
+
+
+def spool_status(args: argparse.Namespace) -> dict[str, Any]:
+    """The status of ``--spool`` or ``--relay`` as a dict."""
+    from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
+
+    if args.relay is not None:
+        host, port = args.relay
+        tls = _client_tls(args)
+        try:
+            with SpoolClient.tcp(host, port, tls) as client:
+                client.hello("status", "broker-spark status")
+                status = client.request("status")["status"]
+        except (SpoolClientError, RelayError) as exc:
+            raise CliError(str(exc)) from None
+        status["owner"] = f"relay {host}:{port}"
+        return status
+    from broker_spark.spark.relay.attach import read_info
+
+    path = os.path.abspath(args.spool)
+    if not os.path.isdir(path):
+        raise CliError(f"{args.spool} is not a folder")
+    info = read_info(path)
+    if info is not None and isinstance(info.get("socket"), str):
+        try:
+            with SpoolClient.unix(info["socket"], f"the receiver of {path}") as client:
+                client.hello("status", "broker-spark status")
+                status = client.request("status")["status"]
+            status["owner"] = f"receiver pid {info.get('pid')}, node {info.get('node')}"
+            status["since"] = info.get("started")
+            return status
+        except (SpoolClientError, RelayError):
+            pass  # receiver.json of one that died: read the spool itself
+    return _offline(path)
+
+
+def _offline(path: str) -> dict[str, Any]:
+    from broker_spark.spark.relay.service import spool_id, spool_summary
+    from broker_spark.spark.spool import Spool, SpoolError
+
+    try:
+        with Spool(path, readonly=True) as spool:
+            status = spool_summary(spool)
+    except (SpoolError, OSError) as exc:
+        raise CliError(f"{path}: not a spool ({exc})") from None
+    status.update(owner=None, id=spool_id(path, create=False), peers=[], readers=[], error=None)
+    return status
+
+
+def _client_tls(args: argparse.Namespace) -> Any:
+    from broker_spark.cli.args import client_configuration
+    from broker_spark.core.tls import TLSSettings, make_contexts
+
+    config = client_configuration(args)
+    contexts = make_contexts(
+        TLSSettings(
+            disable_ssl=bool(config.options.disable_ssl),
+            certificate=config.openssl_certificate,
+            key=config.openssl_key,
+            cafile=config.openssl_cafile,
+            capath=config.openssl_capath,
+            passphrase=config.openssl_passphrase,
+        )
+    )
+    return contexts.client if contexts is not None else None
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.1f} s ago"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def format_spool_status(status: dict[str, Any]) -> list[str]:
+    start, end = status["start"], status["end"]
+    owner = status.get("owner") or "none running (the spool as it lies on disk)"
+    if status.get("since"):
+        owner += f", up {time.time() - float(status['since']):.0f} s"
+    lines = [
+        f"spool          {status.get('path', '-')}  (id {status.get('id') or '-'})",
+        f"owner          {owner}",
+    ]
+    if status.get("topics"):
+        lines.append(f"topics         {', '.join(status['topics'])}")
+    peers = status.get("peers") or []
+    lines.append(f"peers          {len(peers)}")
+    for p in peers:
+        lines.append(f"  {p.get('address') or '-'}  {p.get('id') or '-'}  {p.get('status')}")
+    lines += [
+        f"offsets        first {start:,}, next {end:,} ({end - start:,} records held)",
+        f"bytes          {_bytes(int(status.get('bytes') or 0))}",
+        f"oldest record  {_age(status.get('oldest_age_s'))}",
+        f"error          {status.get('error') or '-'}",
+    ]
+    readers = status.get("readers") or []
+    lines.append(f"readers        {len(readers)}")
+    if readers:
+        rows = [["NAME", "ROLE", "ADDRESS", "CONNECTED", "COMMITTED", "LAG"]]
+        for r in readers:
+            committed = r.get("committed")
+            lag = f"{end - committed:,}" if isinstance(committed, int) else "-"
+            rows.append(
+                [
+                    str(r.get("name") or "-"),
+                    str(r.get("role")),
+                    str(r.get("address")),
+                    f"{r.get('connected_s', 0):.0f} s",
+                    f"{committed:,}" if isinstance(committed, int) else "-",
+                    lag,
+                ]
+            )
+        lines += table(rows)
+    return lines
+
+
+def run_spool_status(args: argparse.Namespace) -> int:
+    status = spool_status(args)
+    text = json.dumps(status, indent=2) if args.json else "\n".join(format_spool_status(status))
+    sys.stdout.write(text + "\n")
+    return 0

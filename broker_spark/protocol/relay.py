@@ -1,0 +1,444 @@
+"""The spool protocol: replaying a spool to readers and talking to its owner, sans I/O.
+
+A spool's owner (a ``broker-spark node --spool`` relay, or the receiver
+process of a query's ``spoolPath``) serves this protocol; readers follow the
+spool from an offset on, and tools ask for its status. ``docs/relay.md``
+describes it for people; this module is the one place that decides it.
+
+Frames are Broker's framing (a 4-byte big-endian length, then the body); a
+body is one kind byte and its fields, msgpack maps for everything but records:
+
+=====  ==========  ==================================================================
+kind   direction   body
+=====  ==========  ==================================================================
+1      c -> s      HELLO ``{version, role, name}``: role ``follow``, ``status`` or
+                   ``attach`` (a reader of the owner's own machine, with ``identity``)
+2      s -> c      WELCOME ``{version, relay, start, end, schemas}``: the spool's id
+                   (fixed for its life), its first and next offset, its Zeek log
+                   schemas (one entry per change, as ``zeek-log-schemas.jsonl``)
+3      c -> s      FOLLOW ``{from, credit[, until]}``: send records from offset
+                   ``from`` on (up to ``until``, or live), at most ``credit`` bytes
+                   ahead of what the reader took
+4      s -> c      RECORDS: u64 first offset, u32 count, the spool's record stream
+5      c -> s      CREDIT ``{bytes}``: the reader took that many bytes
+6      s -> c      HEARTBEAT ``{start, end}``: sent when nothing else was for a second
+7      s -> c      ERROR ``{code, message, ...}``
+8      c -> s      REQUEST ``{op, ...}``: ``status``, ``bounds`` (the spool's start,
+                   end and schemas), ``commit`` (offset), ``state``, ``stop``,
+                   ``restart_at`` (offset); the last three on the owner's own
+                   machine only
+9      s -> c      REPLY ``{op, ...}`` (or an ERROR naming the request)
+=====  ==========  ==================================================================
+
+Offsets are the owner's spool offsets, dense and durable, so a query's
+checkpoint stays valid across restarts of the query, of the owner and of the
+connection. A FOLLOW below the spool's first offset is answered by ERROR
+``data_loss`` with ``earliest``; beyond its end by ERROR ``offset_out_of_range``
+with ``end``; the connection stays usable either way and the reader may FOLLOW
+again. Bytes that are no frame of this protocol, or a frame out of turn, get
+ERROR ``protocol`` and the connection is closed: the owner keeps serving
+everyone else.
+
+Flow control is by credit: the owner sends while the bytes it sent beyond the
+reader's acknowledgements stay within the credit, so a slow reader costs the
+owner nothing but the socket's buffer.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from broker_spark.errors import EC, BrokerError, DecodeError
+from broker_spark.protocol.framing import FrameDecoder, encode_frame
+
+__all__ = [
+    "DEFAULT_CREDIT",
+    "FRAME_TARGET",
+    "HEARTBEAT_INTERVAL",
+    "MAX_FRAME",
+    "PROTOCOL_VERSION",
+    "Kind",
+    "Records",
+    "RelayClientSession",
+    "RelayProtocolError",
+    "RelayServerSession",
+    "ServerMessage",
+    "encode_message",
+]
+
+PROTOCOL_VERSION = 1
+
+#: The largest frame either side accepts: room for one record as large as a peering's
+#: largest message (16 MiB) plus a frame's worth of others.
+MAX_FRAME = 64 << 20
+
+#: The largest frame the owner accepts from a reader: readers send small maps only.
+MAX_CLIENT_FRAME = 1 << 20
+
+#: Bytes of records the owner puts in one RECORDS frame, about (a single larger record
+#: goes alone).
+FRAME_TARGET = 1 << 20
+
+#: Bytes a reader lets the owner send ahead of what it took.
+DEFAULT_CREDIT = 16 << 20
+
+#: Seconds without a frame after which the owner sends a heartbeat.
+HEARTBEAT_INTERVAL = 1.0
+
+_RECORDS_HEAD = struct.Struct(">BQI")
+
+
+class Kind:
+    HELLO = 1
+    WELCOME = 2
+    FOLLOW = 3
+    RECORDS = 4
+    CREDIT = 5
+    HEARTBEAT = 6
+    ERROR = 7
+    REQUEST = 8
+    REPLY = 9
+
+
+_CLIENT_KINDS = {Kind.HELLO, Kind.FOLLOW, Kind.CREDIT, Kind.REQUEST}
+_SERVER_KINDS = {Kind.WELCOME, Kind.RECORDS, Kind.HEARTBEAT, Kind.ERROR, Kind.REPLY}
+
+ROLES = ("follow", "status", "attach")
+
+
+class RelayProtocolError(BrokerError):
+    """Bytes that are not this protocol, or a frame out of turn: the connection must close."""
+
+    code = EC.InvalidData
+
+
+def encode_message(kind: int, fields: dict[str, Any]) -> bytes:
+    """One framed control message."""
+    return encode_frame(bytes((kind,)) + msgpack.packb(fields, use_bin_type=True))
+
+
+def encode_records(first: int, count: int, data: bytes) -> bytes:
+    """One framed RECORDS message (the record stream is not copied into a msgpack map)."""
+    return encode_frame(_RECORDS_HEAD.pack(Kind.RECORDS, first, count) + data)
+
+
+def _fields(body: bytes) -> dict[str, Any]:
+    try:
+        fields = msgpack.unpackb(body[1:], raw=False, strict_map_key=True)
+    except Exception as exc:
+        raise RelayProtocolError(f"a frame of kind {body[0]} does not decode: {exc}") from None
+    if not isinstance(fields, dict):
+        raise RelayProtocolError(f"a frame of kind {body[0]} is not a map")
+    return fields
+
+
+def _offset(fields: dict[str, Any], name: str) -> int:
+    value = fields.get(name)
+    if type(value) is not int or value < 0:
+        raise RelayProtocolError(f"{name!r} must be an offset, got {value!r}")
+    return value
+
+
+class _Framed:
+    """Cuts received bytes into (kind, body) pairs, refusing what is not this protocol."""
+
+    def __init__(self, allowed: set[int], max_frame: int) -> None:
+        self._decoder = FrameDecoder(max_frame)
+        self._allowed = allowed
+
+    def frames(self, data: bytes) -> list[bytes]:
+        try:
+            bodies = self._decoder.feed(data)
+        except DecodeError as exc:
+            raise RelayProtocolError(str(exc)) from None
+        for body in bodies:
+            if not body or body[0] not in self._allowed:
+                kind = body[0] if body else "none"
+                raise RelayProtocolError(f"unexpected frame kind {kind}")
+        return bodies
+
+
+# --- the owner's side ---------------------------------------------------------------------
+
+
+@dataclass
+class ServerEvent:
+    """What a reader asked: ``hello``, ``follow``, ``request`` (``fields`` holds the rest)."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class RelayServerSession:
+    """One connection on the owner's side: what the reader asked, what to send it.
+
+    The shell feeds received bytes to :meth:`receive` and acts on the events;
+    while following, :meth:`next_range` says which offsets to read and send
+    next (given the spool's bounds), :meth:`records` frames them, and
+    :meth:`tick` makes heartbeats. ``local`` says whether the connection comes
+    from the owner's own machine (a Unix socket): only those may ``attach``,
+    ``stop`` or ``restart_at``.
+    """
+
+    def __init__(self, relay_id: str, *, local: bool = False) -> None:
+        self.relay_id = relay_id
+        self.local = local
+        self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
+        self.role: str | None = None
+        self.name = ""
+        self.following = False
+        self.next = 0  # the next offset to send
+        self.until: int | None = None  # where following ends (None: live)
+        self.committed: int | None = None  # what the reader said it committed
+        self._credit = 0  # bytes the reader allows beyond what it took
+        self._in_flight = 0  # bytes sent and not yet acknowledged
+        self._last_sent = 0.0
+
+    # --- receiving ------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> list[ServerEvent]:
+        """Events for the frames completed by ``data``; :class:`RelayProtocolError` when
+        the bytes are not this protocol (answer with :meth:`error` and close)."""
+        events = []
+        for body in self._framed.frames(data):
+            kind = body[0]
+            fields = _fields(body)
+            if self.role is None:
+                if kind != Kind.HELLO:
+                    raise RelayProtocolError("the first frame must be HELLO")
+                events.append(self._hello(fields))
+            elif kind == Kind.HELLO:
+                raise RelayProtocolError("HELLO twice")
+            elif kind == Kind.FOLLOW:
+                if self.role != "follow":
+                    raise RelayProtocolError(f"FOLLOW from a {self.role} connection")
+                start = _offset(fields, "from")
+                credit = _offset(fields, "credit")
+                until = _offset(fields, "until") if fields.get("until") is not None else None
+                if until is not None and until < start:
+                    raise RelayProtocolError(f"FOLLOW from {start} until {until}")
+                self.following = False  # until the shell accepts it (see follow())
+                events.append(
+                    ServerEvent("follow", {"from": start, "credit": credit, "until": until})
+                )
+            elif kind == Kind.CREDIT:
+                took = _offset(fields, "bytes")
+                self._in_flight = max(0, self._in_flight - took)
+            else:  # REQUEST
+                events.append(self._request(fields))
+        return events
+
+    def _hello(self, fields: dict[str, Any]) -> ServerEvent:
+        version = fields.get("version")
+        if type(version) is not int or version < 1:
+            raise RelayProtocolError(f"bad protocol version {version!r}")
+        role = fields.get("role")
+        if role not in ROLES:
+            raise RelayProtocolError(f"unknown role {role!r} (expected {', '.join(ROLES)})")
+        if role == "attach" and not self.local:
+            raise RelayProtocolError("attach is only for readers on the owner's machine")
+        self.role = role
+        name = fields.get("name", "")
+        self.name = name if isinstance(name, str) else ""
+        return ServerEvent("hello", fields)
+
+    def _request(self, fields: dict[str, Any]) -> ServerEvent:
+        op = fields.get("op")
+        if op == "commit":
+            self.committed = _offset(fields, "offset")
+            return ServerEvent("commit", fields)
+        if op in ("stop", "restart_at", "state") and not self.local:
+            raise RelayProtocolError(f"{op} is only for the owner's own machine")
+        if op == "restart_at":
+            _offset(fields, "offset")
+        if op not in ("status", "bounds", "stop", "restart_at", "state"):
+            raise RelayProtocolError(f"unknown request {op!r}")
+        return ServerEvent("request", fields)
+
+    # --- answering --------------------------------------------------------------------
+
+    def welcome(self, start: int, end: int, schemas: list[dict[str, Any]]) -> bytes:
+        return encode_message(
+            Kind.WELCOME,
+            {
+                "version": PROTOCOL_VERSION,
+                "relay": self.relay_id,
+                "start": start,
+                "end": end,
+                "schemas": schemas,
+            },
+        )
+
+    def follow(
+        self, start: int, credit: int, first: int, end: int, until: int | None = None
+    ) -> bytes | None:
+        """Accept a FOLLOW from ``start`` (to ``until``, or live) against a spool holding
+        ``[first, end)``: None when accepted (records follow), else the ERROR frame."""
+        if start < first:
+            return self.error(
+                "data_loss",
+                f"offset {start} is no longer held (the earliest is {first})",
+                earliest=first,
+            )
+        if start > end:
+            return self.error(
+                "offset_out_of_range",
+                f"offset {start} is beyond the end of the spool ({end})",
+                end=end,
+            )
+        self.following = start != until
+        self.next = start
+        self.until = until
+        self._credit = max(1, credit)
+        self._in_flight = 0
+        return None
+
+    def next_range(self, first: int, end: int) -> tuple[int, int, int] | None:
+        """What to send now, given the spool holds ``[first, end)``: records from offset
+        ``lo`` to at most ``stop``, about ``budget`` bytes of them (the shell reads in steps
+        until it has that many; record sizes vary too much to guess a count). None when
+        nothing is due (caught up, or the credit is used). A range that retention dropped
+        is :meth:`lost`."""
+        if not self.following or self.next >= end:
+            return None
+        room = self._credit - self._in_flight
+        if room <= 0:
+            return None
+        stop = end if self.until is None else min(end, self.until)
+        return self.next, stop, min(room, FRAME_TARGET)
+
+    def lost(self, earliest: int) -> bytes:
+        """Retention dropped records not yet sent: the ERROR frame (following stops)."""
+        self.following = False
+        return self.error(
+            "data_loss",
+            f"offsets {self.next} to {earliest - 1} were dropped before they were sent",
+            earliest=earliest,
+        )
+
+    def records(self, first: int, count: int, data: bytes, now: float) -> bytes:
+        """Frame records ``[first, first + count)``, from where :meth:`next_range` said."""
+        if first != self.next or count < 1:
+            raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
+        self.next = first + count
+        if self.next == self.until:
+            self.following = False  # the range asked for is complete
+        self._in_flight += len(data)
+        self._last_sent = now
+        return encode_records(first, count, data)
+
+    def tick(self, now: float, start: int, end: int) -> bytes | None:
+        """A heartbeat when nothing was sent for :data:`HEARTBEAT_INTERVAL`."""
+        if self.role != "follow" or now - self._last_sent < HEARTBEAT_INTERVAL:
+            return None
+        self._last_sent = now
+        return encode_message(Kind.HEARTBEAT, {"start": start, "end": end})
+
+    def reply(self, op: str, fields: dict[str, Any]) -> bytes:
+        return encode_message(Kind.REPLY, {"op": op, **fields})
+
+    def error(self, code: str, message: str, **extra: Any) -> bytes:
+        return encode_message(Kind.ERROR, {"code": code, "message": message, **extra})
+
+
+# --- the reader's side --------------------------------------------------------------------
+
+
+@dataclass
+class Records:
+    """A RECORDS frame: ``count`` records from offset ``first``, as a record stream."""
+
+    first: int
+    count: int
+    data: bytes
+
+
+@dataclass
+class ServerMessage:
+    """Any other frame from the owner: ``welcome``, ``heartbeat``, ``error`` or ``reply``."""
+
+    kind: str
+    fields: dict[str, Any]
+
+
+_NAMES = {
+    Kind.WELCOME: "welcome",
+    Kind.HEARTBEAT: "heartbeat",
+    Kind.ERROR: "error",
+    Kind.REPLY: "reply",
+}
+
+
+class RelayClientSession:
+    """One connection on the reader's side: frames to send, and what the owner sent.
+
+    Records must come in order from the offset followed; the session checks
+    that, and keeps the credit topped up as the reader takes records
+    (:meth:`took`).
+    """
+
+    def __init__(self, credit: int = DEFAULT_CREDIT) -> None:
+        self._framed = _Framed(_SERVER_KINDS, MAX_FRAME)
+        self.credit = credit
+        self.welcomed = False
+        self.next: int | None = None  # the offset the next RECORDS must start at
+        self._untold = 0  # bytes taken and not yet acknowledged
+
+    def hello(self, role: str, name: str = "", **fields: Any) -> bytes:
+        return encode_message(
+            Kind.HELLO, {"version": PROTOCOL_VERSION, "role": role, "name": name, **fields}
+        )
+
+    def follow(self, start: int, until: int | None = None) -> bytes:
+        self.next = start
+        self._untold = 0
+        fields: dict[str, Any] = {"from": start, "credit": self.credit}
+        if until is not None:
+            fields["until"] = until
+        return encode_message(Kind.FOLLOW, fields)
+
+    def request(self, op: str, **fields: Any) -> bytes:
+        return encode_message(Kind.REQUEST, {"op": op, **fields})
+
+    def receive(self, data: bytes) -> list[Records | ServerMessage]:
+        out: list[Records | ServerMessage] = []
+        for body in self._framed.frames(data):
+            kind = body[0]
+            if kind == Kind.RECORDS:
+                if len(body) < _RECORDS_HEAD.size:
+                    raise RelayProtocolError("a RECORDS frame without its header")
+                _, first, count = _RECORDS_HEAD.unpack_from(body)
+                if self.next is None or first != self.next or count < 1:
+                    raise RelayProtocolError(
+                        f"records from offset {first} where {self.next} was due"
+                    )
+                self.next = first + count
+                out.append(Records(first, count, body[_RECORDS_HEAD.size :]))
+                continue
+            fields = _fields(body)
+            if kind == Kind.WELCOME:
+                if self.welcomed:
+                    raise RelayProtocolError("WELCOME twice")
+                self.welcomed = True
+                for name in ("start", "end"):
+                    _offset(fields, name)
+                if not isinstance(fields.get("relay"), str):
+                    raise RelayProtocolError("a WELCOME without the relay's id")
+            elif not self.welcomed and kind != Kind.ERROR:
+                raise RelayProtocolError("the first frame must be WELCOME")
+            if kind == Kind.ERROR and fields.get("code") in ("data_loss", "offset_out_of_range"):
+                self.next = None  # following stopped; FOLLOW again to go on
+            out.append(ServerMessage(_NAMES[kind], fields))
+        return out
+
+    def took(self, nbytes: int) -> bytes | None:
+        """The reader took ``nbytes`` of records: a CREDIT frame once half the credit waits."""
+        self._untold += nbytes
+        if self._untold * 2 < self.credit:
+            return None
+        told, self._untold = self._untold, 0
+        return encode_message(Kind.CREDIT, {"bytes": told})

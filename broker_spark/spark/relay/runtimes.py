@@ -1,0 +1,321 @@
+"""The stream reader's driver side when someone else owns the spool: a receiver, or a relay.
+
+Both offer what :class:`~broker_spark.spark.driver_side.ReaderRuntime` offers
+the stream readers (``open_spool``, ``reconcile``, ``latest_start``,
+``connect``, ``check``, ``committed``, ``close``; ``spool`` with
+``start_offset``/``end_offset``/``read_packed``; ``history`` for Zeek logs),
+so the readers do not care who receives:
+
+* :class:`ReceiverRuntime`: a ``spoolPath`` whose receiver process
+  (:mod:`.receiver`) receives; the reader reads the spool from the disk
+  through a read-only view and asks the receiver for its bounds;
+* :class:`RelayRuntime`: ``relay=host:port``; the spool is the relay's, its
+  bounds and Zeek log schemas come over the spool protocol, and a range is
+  fetched from the relay by whoever reads it (the tasks themselves, or the
+  driver side for inline partitions).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from broker_spark.core.tls import TLSSettings, make_contexts
+from broker_spark.errors import BrokerError
+from broker_spark.spark.driver_side import RECONNECT_INTERVAL, BrokerDataLossError, ReaderRuntime
+from broker_spark.spark.options import HostPort, ReaderOptions, SslOptions
+from broker_spark.spark.relay.attach import ReceiverLink
+from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
+from broker_spark.spark.segment import DataLossError
+from broker_spark.spark.spool import Spool
+from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+
+__all__ = [
+    "FETCH_TIMEOUT",
+    "Runtime",
+    "ReceiverRuntime",
+    "RelayRuntime",
+    "fetch_from_relay",
+    "reader_runtime",
+    "tls_context",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a range may take to come from a relay.
+FETCH_TIMEOUT = 300.0
+
+
+def tls_context(ssl: SslOptions) -> Any:
+    """The client TLS context for a relay, from the same options as peering (None: plain)."""
+    contexts = make_contexts(
+        TLSSettings(
+            disable_ssl=ssl.disable,
+            certificate=ssl.certificate,
+            key=ssl.key,
+            cafile=ssl.cafile,
+            capath=ssl.capath,
+            passphrase=ssl.passphrase,
+        )
+    )
+    return contexts.client if contexts is not None else None
+
+
+def reader_runtime(options: ReaderOptions, *, logs: bool, index_interval: int) -> Runtime:
+    """Who receives for a stream reader: a relay, the receiver process of its ``spoolPath``,
+    or (a private spool, or ``receiver=false``) the reader's own process."""
+    if options.relay is not None:
+        return RelayRuntime(options, logs=logs)
+    if options.spool.path and options.receiver:
+        return ReceiverRuntime(
+            options, logs=logs, index_interval=index_interval, retry=RECONNECT_INTERVAL
+        )
+    return ReaderRuntime(options, options.topics, logs=logs, index_interval=index_interval)
+
+
+# --- a receiver's spool -------------------------------------------------------------------------
+
+
+class ReceiverRuntime:
+    """The reader's side of the receiver of ``options.spool.path``."""
+
+    def __init__(
+        self, options: ReaderOptions, *, logs: bool, index_interval: int, retry: float
+    ) -> None:
+        self.options = options
+        self.link = ReceiverLink(options, logs=logs, index_interval=index_interval, retry=retry)
+        self.spool_path = self.link.path
+        self.index_interval = index_interval
+        self.spool: Spool | None = None
+        self.history = LogSchemaHistory(self.spool_path, readonly=True) if logs else None
+        self._latest: int | None = None
+
+    def open_spool(self) -> Spool:
+        if self.spool is None:
+            self.link.open()
+            state = self.link.state()
+            self.spool = Spool(self.spool_path, readonly=True, index_interval=self.index_interval)
+            started = self.link.end_at_start
+            self._latest = started if started is not None else int(state["end"])
+            if self.history is not None:
+                self.history.refresh()
+        return self.spool
+
+    def reconcile(self, checkpoint: int) -> None:
+        """A checkpoint beyond the spool's end: the spool did not survive (another folder,
+        removed by hand). Fail, or (``failOnDataLoss=false``) have the receiver go on there."""
+        self.open_spool()
+        end = int(self.link.state()["end"])
+        if checkpoint <= end:
+            return
+        text = (
+            f"the checkpoint is at offset {checkpoint} but spool {self.spool_path} ends at "
+            f"offset {end}: offsets {end} to {checkpoint - 1} are lost"
+        )
+        if self.options.fail_on_data_loss:
+            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
+        log.warning("%s; failOnDataLoss=false: continuing from offset %d", text, checkpoint)
+        self.link.restart_at(checkpoint)
+        self._refresh()
+
+    def latest_start(self) -> int:
+        self.open_spool()
+        assert self._latest is not None
+        return self._latest
+
+    def connect(self) -> None:
+        """Nothing: the receiver is connected."""
+
+    def check(self) -> Spool:
+        spool = self.open_spool()
+        state = self.link.state()
+        if state.get("error"):
+            raise BrokerError(f"receiving into spool {self.spool_path} failed: {state['error']}")
+        if self.history is not None:
+            self.history.assume_records_per_message(state.get("records_per_message") or 1.0)
+        if (state["start"], state["end"]) != (spool.start_offset(), spool.end_offset()):
+            self._refresh()
+        return spool
+
+    def _refresh(self) -> None:
+        assert self.spool is not None
+        self.spool.refresh()
+        if self.history is not None:
+            self.history.refresh()
+
+    def committed(self, offset: int) -> None:
+        self.link.commit(offset)
+
+    def close(self) -> None:
+        self.link.close()
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+
+
+# --- a relay's spool ----------------------------------------------------------------------------
+
+
+def fetch_from_relay(
+    relay: HostPort, ssl: SslOptions, start: int, end: int, timeout: float = FETCH_TIMEOUT
+) -> bytes:
+    """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
+    relay reader does). Raises :class:`DataLossError` when the relay no longer holds them."""
+    with SpoolClient.tcp(relay.host, relay.port, tls_context(ssl)) as client:
+        client.hello("follow", "task")
+        try:
+            return client.fetch(start, end, timeout)
+        except RelayError as exc:
+            if exc.relay_code == "data_loss":
+                earliest = int(exc.fields.get("earliest", end))
+                raise DataLossError(start, end, earliest) from None
+            raise
+
+
+class RelayView:
+    """A relay's spool as the reader sees it: bounds from the last look, ranges fetched."""
+
+    def __init__(self, runtime: RelayRuntime) -> None:
+        self._runtime = runtime
+        self.start = 0
+        self.end = 0
+
+    def start_offset(self) -> int:
+        return self.start
+
+    def end_offset(self) -> int:
+        return self.end
+
+    def read_packed(self, start: int, end: int) -> bytes:
+        return self._runtime.fetch(start, end)
+
+
+class RelayRuntime:
+    """The reader's side of ``relay=host:port``: the relay's bounds and schemas, and fetches."""
+
+    def __init__(self, options: ReaderOptions, *, logs: bool) -> None:
+        assert options.relay is not None
+        self.options = options
+        self.relay = options.relay
+        self.where = f"relay {options.relay}"
+        self.spool_path = ""
+        self.spool = RelayView(self)
+        self.history = LogSchemaHistory() if logs else None
+        self.relay_id: str | None = None
+        self._client: SpoolClient | None = None
+        self._latest: int | None = None
+        self._lock = threading.Lock()  # the client is shared with the frames thread
+        self._opened = False
+
+    def _connected(self) -> SpoolClient:
+        if self._client is None:
+            client = SpoolClient.tcp(
+                self.relay.host, self.relay.port, tls_context(self.options.connection.ssl)
+            )
+            try:
+                welcome = client.hello("follow", "reader")
+            except BaseException:
+                client.close()
+                raise
+            relay_id = welcome.get("relay")
+            if self.relay_id is not None and relay_id != self.relay_id:
+                client.close()
+                self._changed(relay_id)
+            self.relay_id = relay_id
+            self._client = client
+        return self._client
+
+    def _changed(self, relay_id: Any) -> None:
+        text = (
+            f"{self.where} now serves another spool (id {relay_id}, was {self.relay_id}): "
+            "the offsets of this query mean nothing there"
+        )
+        if self.options.fail_on_data_loss:
+            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to read it anyway)")
+        log.warning("%s; failOnDataLoss=false: reading it anyway", text)
+
+    def _bounds(self) -> None:
+        with self._lock:
+            try:
+                reply = self._connected().request("bounds")
+            except (SpoolClientError, RelayError):
+                self._drop()
+                reply = self._connected().request("bounds")  # once more, on a new connection
+        self.spool.start, self.spool.end = int(reply["start"]), int(reply["end"])
+        if self.history is not None:
+            self.history.assume_records_per_message(reply.get("records_per_message") or 1.0)
+            try:
+                self.history.merge(reply.get("schemas") or [])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s sent a Zeek log schema that does not parse: %s", self.where, exc)
+
+    def _drop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def open_spool(self) -> RelayView:
+        if not self._opened:
+            self._bounds()
+            self._latest = self.spool.end
+            self._opened = True
+        return self.spool
+
+    def reconcile(self, checkpoint: int) -> None:
+        self.open_spool()
+        end = self.spool.end
+        if checkpoint <= end:
+            return
+        text = (
+            f"the checkpoint is at offset {checkpoint} but {self.where} ends at offset {end} "
+            "(its spool was replaced?)"
+        )
+        if self.options.fail_on_data_loss:
+            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
+        log.warning("%s; failOnDataLoss=false: going on", text)
+
+    def latest_start(self) -> int:
+        self.open_spool()
+        assert self._latest is not None
+        return self._latest
+
+    def connect(self) -> None:
+        """Nothing: the relay does the peering."""
+
+    def check(self) -> RelayView:
+        self.open_spool()
+        try:
+            self._bounds()
+        except SpoolClientError as exc:  # the relay restarts: plan nothing new meanwhile
+            log.warning("%s: %s; keeping its last known end %d", self.where, exc, self.spool.end)
+        return self.spool
+
+    def fetch(self, start: int, end: int) -> bytes:
+        with self._lock:
+            try:
+                return self._connected().fetch(start, end, FETCH_TIMEOUT)
+            except RelayError as exc:
+                if exc.relay_code == "data_loss":
+                    earliest = int(exc.fields.get("earliest", end))
+                    raise DataLossError(start, end, earliest) from None
+                raise
+            except SpoolClientError:
+                self._drop()
+                raise
+
+    def committed(self, offset: int) -> None:
+        with self._lock:
+            if self._client is not None:
+                try:
+                    self._client.send(self._client.session.request("commit", offset=offset))
+                except SpoolClientError:
+                    self._drop()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+#: Whoever receives for a stream reader.
+Runtime = ReaderRuntime | ReceiverRuntime | RelayRuntime

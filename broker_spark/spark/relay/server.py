@@ -1,0 +1,316 @@
+"""The spool protocol served over a Unix socket (a receiver) or TCP/TLS (a relay).
+
+Each connection is a :class:`~broker_spark.protocol.relay.RelayServerSession`
+(which decides everything) driven by one coroutine on a
+:class:`~broker_spark.core.loop_thread.LoopThread`: it feeds the session what
+arrives, reads from the spool the ranges the session asks for, and waits for
+the reader's bytes, the pump's next append, or a heartbeat's time. A
+connection that sends what is not the protocol gets an ERROR and is closed;
+the others go on. Memory per connection is bounded by the session's limits
+(readers' frames are small) and by the socket's buffer (``drain`` waits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker_spark.core.loop_thread import LoopThread
+from broker_spark.protocol.relay import (
+    HEARTBEAT_INTERVAL,
+    RelayProtocolError,
+    RelayServerSession,
+    ServerEvent,
+)
+from broker_spark.spark.relay.service import SpoolService
+from broker_spark.spark.segment import DataLossError, SpoolError
+
+__all__ = ["SpoolServer"]
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 1 << 16
+
+
+@dataclass
+class _Reader:
+    """A connected reader as a status shows it."""
+
+    session: RelayServerSession
+    peer: str
+    since: float
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.session
+        return {
+            "name": s.name,
+            "role": s.role,
+            "address": self.peer,
+            "connected_s": round(time.time() - self.since, 1),
+            "committed": s.committed,
+            "next": s.next if s.following else None,
+        }
+
+
+class SpoolServer:
+    """Serves ``service``'s spool to readers.
+
+    ``attach(fields)`` checks a local reader's HELLO (the receiver compares its
+    options) and returns an error text or None; ``stop()`` is called on a
+    local STOP request; ``on_readers(n)`` whenever the number of attached
+    readers changes (the receiver's idle timer).
+    """
+
+    def __init__(
+        self,
+        service: SpoolService,
+        *,
+        attach: Callable[[dict[str, Any]], str | None] | None = None,
+        stop: Callable[[], None] | None = None,
+        on_readers: Callable[[int], None] | None = None,
+        name: str = "broker-spark-spool-server",
+    ) -> None:
+        self.service = service
+        self._attach = attach
+        self._stop = stop
+        self._on_readers = on_readers
+        self._loop = LoopThread(name)
+        self._servers: list[asyncio.base_events.Server] = []
+        self._readers: dict[int, _Reader] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    # --- listening ------------------------------------------------------------------------
+
+    def serve_unix(self, path: str) -> None:
+        """Serve readers of this machine on the Unix socket ``path`` (made owner-only)."""
+
+        async def start() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            server = await asyncio.start_unix_server(
+                lambda r, w: self._spawn(r, w, local=True), path
+            )
+            os.chmod(path, 0o600)
+            self._servers.append(server)
+
+        self._loop.run_coro(start())
+
+    def serve_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """Serve readers over TCP (TLS with ``tls``); returns the bound port."""
+
+        async def start() -> int:
+            server = await asyncio.start_server(
+                lambda r, w: self._spawn(r, w, local=False), host or None, port, ssl=tls
+            )
+            self._servers.append(server)
+            return server.sockets[0].getsockname()[1]
+
+        return self._loop.run_coro(start())
+
+    def readers(self) -> list[dict[str, Any]]:
+        """Every connected reader (attached readers and relay followers)."""
+
+        def snapshot() -> list[dict[str, Any]]:
+            return [r.as_dict() for r in self._readers.values() if r.session.role != "status"]
+
+        return self._loop.run_sync(snapshot)
+
+    def close(self) -> None:
+        """Stop listening, close every connection, stop the loop (idempotent)."""
+        if not self._loop.running:
+            return
+
+        async def stop() -> None:
+            for server in self._servers:
+                server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=1.0)
+
+        with contextlib.suppress(Exception):
+            self._loop.run_coro(stop(), timeout=3.0)
+        self._loop.stop()
+
+    # --- one connection -------------------------------------------------------------------
+
+    def _spawn(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
+    ) -> None:
+        task = asyncio.ensure_future(self._serve(reader, writer, local))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        session = RelayServerSession(self.service.id or "", local=local)
+        peer = _peer_name(writer, local)
+        key = id(session)
+        self._readers[key] = _Reader(session, peer, time.time())
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(woken.set)
+
+        unwatch = self.service.watch(wake)
+        incoming: asyncio.Future = asyncio.ensure_future(reader.read(_READ_SIZE))
+        attached = False
+        try:
+            while True:
+                if await self._send_due(session, writer):
+                    continue  # more may be due: look again before waiting
+                waiter = asyncio.ensure_future(woken.wait())
+                done, _ = await asyncio.wait(
+                    {incoming, waiter},
+                    timeout=HEARTBEAT_INTERVAL,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                waiter.cancel()
+                woken.clear()
+                if incoming not in done:
+                    continue
+                data = incoming.result()
+                if not data:
+                    return  # the reader hung up
+                incoming = asyncio.ensure_future(reader.read(_READ_SIZE))
+                try:
+                    events = session.receive(data)
+                except RelayProtocolError as exc:
+                    log.warning("spool reader %s: %s; closing its connection", peer, exc)
+                    writer.write(session.error("protocol", str(exc)))
+                    return
+                for event in events:
+                    outcome = self._handle(session, event)
+                    if outcome is None:
+                        continue
+                    frame, close = outcome
+                    writer.write(frame)
+                    if close:
+                        return
+                    if event.kind == "hello" and session.role == "attach":
+                        attached = True
+                        self._readers_changed()
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError) as exc:
+            log.info("spool reader %s: connection lost (%s)", peer, exc)
+        finally:
+            unwatch()
+            incoming.cancel()
+            del self._readers[key]
+            if attached:
+                self._readers_changed()
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _send_due(self, session: RelayServerSession, writer: asyncio.StreamWriter) -> bool:
+        """Send the records or the heartbeat that are due; whether records went."""
+        spool = self.service.spool
+        try:
+            first, end = spool.start_offset(), spool.end_offset()
+        except SpoolError:
+            return False
+        span = session.next_range(first, end)
+        if span is None:
+            beat = session.tick(time.monotonic(), first, end)
+            if beat is not None:
+                writer.write(beat)
+                await writer.drain()
+            return False
+        lo, stop, budget = span
+        try:
+            data, hi = _read_about(spool, lo, stop, budget)
+        except DataLossError as exc:
+            writer.write(session.lost(exc.earliest))
+            await writer.drain()
+            return False
+        writer.write(session.records(lo, hi - lo, data, time.monotonic()))
+        await writer.drain()
+        return True
+
+    def _handle(self, session: RelayServerSession, event: ServerEvent) -> tuple[bytes, bool] | None:
+        """The frame answering ``event`` and whether to close after it (None: no answer)."""
+        service = self.service
+        spool = service.spool
+        if event.kind == "hello":
+            if session.role == "attach" and self._attach is not None:
+                problem = self._attach(event.fields)
+                if problem is not None:
+                    return session.error("options_differ", problem), True
+            frame = session.welcome(spool.start_offset(), spool.end_offset(), service.schemas())
+            return frame, False
+        if event.kind == "follow":
+            f = event.fields
+            refused = session.follow(
+                f["from"], f["credit"], spool.start_offset(), spool.end_offset(), f["until"]
+            )
+            return (refused, False) if refused is not None else None
+        if event.kind == "commit":
+            return None
+        op = event.fields["op"]
+        if op == "status":
+            status = service.status()
+            status["readers"] = [
+                r.as_dict() for r in self._readers.values() if r.session.role != "status"
+            ]
+            return session.reply(op, {"status": status}), False
+        if op == "bounds":
+            return session.reply(op, {**service.bounds(), "schemas": service.schemas()}), False
+        if op == "state":
+            return session.reply(op, service.state()), False
+        if op == "restart_at":
+            try:
+                service.restart_at(event.fields["offset"])
+            except (ValueError, SpoolError) as exc:
+                return session.error("restart_refused", str(exc)), False
+            return session.reply(op, service.state()), False
+        if op == "stop":
+            if self._stop is not None:
+                asyncio.get_running_loop().call_soon(self._stop)
+            return session.reply(op, {}), False
+        return None  # pragma: no cover - the session refuses other requests
+
+    def _readers_changed(self) -> None:
+        if self._on_readers is not None:
+            attached = sum(1 for r in self._readers.values() if r.session.role == "attach")
+            self._on_readers(attached)
+
+
+def _read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int]:
+    """Records from ``lo`` on, about ``budget`` bytes of them but not beyond ``stop``: read a
+    step of the spool's index interval at a time (each step starts at an index entry, so it
+    costs no skipping), the steps growing while the records are small."""
+    parts: list[bytes] = []
+    size = 0
+    at = lo
+    step = max(1, spool.index_interval - lo % spool.index_interval)
+    while at < stop and size < budget:
+        hi = min(stop, at + step)
+        chunk = spool.read_packed(at, hi)
+        parts.append(chunk)
+        size += len(chunk)
+        at = hi
+        step = spool.index_interval * max(1, (budget - size) // max(1, 4 * len(chunk)))
+    return b"".join(parts), at
+
+
+def _peer_name(writer: asyncio.StreamWriter, local: bool) -> str:
+    if local:
+        return "local"
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer)

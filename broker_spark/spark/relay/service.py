@@ -1,0 +1,216 @@
+"""A spool and what fills it: an endpoint's subscription, the pump, the Zeek log schemas.
+
+Both owners of a spool (the receiver process of a ``spoolPath``, a
+``broker-spark node --spool`` relay) run one of these next to their endpoint:
+:meth:`SpoolService.subscribe` before the endpoint peers (so peers learn the
+filter in the handshake and nothing sent right after peering is missed),
+:meth:`SpoolService.start` once it does. Whoever serves the spool asks
+:meth:`state` (offsets and a failure) and :meth:`status` (what a person wants
+to see), and is told of every append through :meth:`watch`.
+
+A spool's id (``relay-id``, made when the spool is first owned) names the
+spool for its whole life: a reader that finds another id behind the same
+address knows its offsets mean nothing there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from broker_spark.spark.endpoint_access import RawSubscription
+from broker_spark.spark.pump import SpoolPump
+from broker_spark.spark.spool import Spool
+from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+
+__all__ = ["RELAY_ID_FILE", "SpoolService", "spool_id", "spool_summary"]
+
+log = logging.getLogger(__name__)
+
+RELAY_ID_FILE = "relay-id"
+
+#: Messages the subscription holds before it pushes back on the peers (as the reader's).
+QUEUE_SIZE = 8192
+
+
+def spool_id(path: str, *, create: bool) -> str | None:
+    """The spool's id: read from ``relay-id``, or made there when ``create`` (the owner)."""
+    name = os.path.join(path, RELAY_ID_FILE)
+    try:
+        with open(name, encoding="ascii") as f:
+            text = f.read().strip()
+        if text:
+            return text
+    except (OSError, UnicodeDecodeError):
+        pass
+    if not create:
+        return None
+    text = str(uuid.uuid4())
+    partial = f"{name}.{os.getpid()}"
+    with open(partial, "w", encoding="ascii") as f:
+        f.write(text)
+    os.replace(partial, name)
+    return text
+
+
+def spool_summary(spool: Spool, now_ns: int | None = None) -> dict[str, Any]:
+    """Offsets, bytes and the oldest record's age of a spool (an owner's or a view)."""
+    start, end = spool.start_offset(), spool.end_offset()
+    oldest_age = None
+    if start < end:
+        with contextlib.suppress(Exception):  # retention raced us: no age this time
+            first = spool.read(start, start + 1)[0]
+            now = time.time_ns() if now_ns is None else now_ns
+            oldest_age = max(0.0, (now - first.received_at_ns) / 1e9)
+    return {
+        "path": spool.path,
+        "start": start,
+        "end": end,
+        "bytes": spool.total_bytes,
+        "oldest_age_s": oldest_age,
+    }
+
+
+class SpoolService:
+    """Appends what an endpoint receives on ``topics`` to ``spool``, and says how it goes.
+
+    ``history`` (a :class:`LogSchemaHistory` beside the spool) learns the Zeek
+    log schemas that arrive.
+    """
+
+    def __init__(
+        self,
+        spool: Spool,
+        topics: Sequence[str],
+        *,
+        history: LogSchemaHistory | None = None,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        self.spool = spool
+        self.topics = tuple(topics)
+        self.history = history
+        self.id = spool_id(spool.path, create=True)
+        self._queue_size = queue_size
+        self._endpoint: Any = None
+        self._subscription: RawSubscription | None = None
+        self.pump: SpoolPump | None = None
+        self._watchers: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    # --- starting and stopping ---------------------------------------------------------
+
+    def subscribe(self, endpoint: Any) -> None:
+        """Subscribe ``endpoint`` to the topics: before it peers with anyone."""
+        self._endpoint = endpoint
+        self._subscription = RawSubscription(endpoint, self.topics, self._queue_size)
+
+    def start(self) -> None:
+        """Start the pump (after :meth:`subscribe`)."""
+        assert self._subscription is not None, "subscribe first"
+        self.pump = SpoolPump(self._subscription, self.spool, observe=self._observed)
+        self.pump.start()
+
+    def close(self) -> None:
+        """Stop the pump and drop the subscription (the endpoint is its owner's to shut)."""
+        if self.pump is not None:
+            self.pump.stop()
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+
+    # --- what happens ------------------------------------------------------------------
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from the pump's thread) after every append; returns the way to
+        stop watching."""
+        with self._lock:
+            self._watchers.append(callback)
+
+        def unwatch() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._watchers.remove(callback)
+
+        return unwatch
+
+    def _observed(self, first: int, items: list) -> None:
+        if self.history is not None:
+            self.history.observe(first, items)
+        with self._lock:
+            watchers = list(self._watchers)
+        for callback in watchers:
+            try:
+                callback()
+            except Exception:  # a watcher's trouble is never the pump's
+                log.exception("a spool watcher failed")
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.pump.error if self.pump is not None else None
+
+    def state(self) -> dict[str, Any]:
+        """The spool's bounds and, if appending failed (a full disk), why."""
+        error = self.error
+        return {
+            **self.bounds(),
+            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+        }
+
+    def bounds(self) -> dict[str, Any]:
+        """The spool's first and next offset, and how many Zeek log records a message holds
+        on average (readers plan partitions by records)."""
+        ratio = self.history.records_per_message() if self.history is not None else 1.0
+        return {
+            "start": self.spool.start_offset(),
+            "end": self.spool.end_offset(),
+            "records_per_message": ratio,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """What ``broker-spark status`` shows: the spool, the peers, the failure if any."""
+        out = spool_summary(self.spool)
+        out["id"] = self.id
+        out["topics"] = list(self.topics)
+        out["error"] = self.state()["error"]
+        out["peers"] = _peers(self._endpoint)
+        return out
+
+    def restart_at(self, offset: int) -> None:
+        """Drop what the spool holds and continue at ``offset``, beyond its end (a query's
+        checkpoint that is ahead of a spool that did not survive)."""
+        end = self.spool.end_offset()
+        if offset < end:
+            raise ValueError(f"offset {offset} is before the spool's end ({end})")
+        self.spool.restart_at(offset)
+        log.warning(
+            "spool %s restarted at offset %d (it ended at %d)", self.spool.path, offset, end
+        )
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The Zeek log schemas learned, one entry per change (as the history file)."""
+        return self.history.entries() if self.history is not None else []
+
+
+def _peers(endpoint: Any) -> list[dict[str, Any]]:
+    if endpoint is None:
+        return []
+    try:
+        peers = endpoint.peers()
+    except Exception:
+        return []
+    out = []
+    for p in peers:
+        net = p.peer.network
+        out.append(
+            {
+                "id": str(p.peer.node) if p.peer.node else None,
+                "address": f"{net.address}:{net.port}" if net.is_set() else None,
+                "status": p.status.name,
+            }
+        )
+    return out
