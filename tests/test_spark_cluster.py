@@ -28,7 +28,7 @@ from zeek_recordings import recording
 
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
-from broker_spark.spark import register
+from broker_spark.spark import register, stop_receiver
 from broker_spark.spark.local_executors import MARKER_NAME
 from broker_spark.spark.parallelism import session_parallelism
 
@@ -102,9 +102,10 @@ def test_the_session_parallelism_is_the_executors_cores(
 def test_a_stream_read_and_written_back_runs_on_both_executors(
     spark: Any, cluster: StandaloneCluster, hub: broker.Endpoint, tmp_path: Any
 ) -> None:
-    """Topic ``in/`` read as a stream and every row published to ``copy/``, each with the
-    executor that read it and its partition; ``partitionData=auto`` (the default) keeps
-    the partitions inline, as no task runs in the driver's JVM."""
+    """Topic ``in/`` read as a stream (received by the ``spoolPath``'s receiver process) and
+    every row published to ``copy/``, each with the executor that read it and its partition;
+    ``partitionData=auto`` (the default) keeps the partitions inline, as no task runs in the
+    driver's JVM."""
     from pyspark.sql import functions as F
 
     count = 400
@@ -139,12 +140,16 @@ def test_a_stream_read_and_written_back_runs_on_both_executors(
         received.extend(sub.poll())
         return len(received)
 
-    with running(query):
-        watch.wait_subscribed("in/")
-        hub.publish_batch(*[("in/x", i) for i in range(count)])
-        drain_until(query, arrived, count, timeout=120)
-        batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
-    watch.close()
+    try:
+        with running(query):
+            watch.wait_subscribed("in/")
+            hub.publish_batch(*[("in/x", i) for i in range(count)])
+            drain_until(query, arrived, count, timeout=120)
+            batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+    finally:
+        watch.close()
+        # the spoolPath's receiver (on the driver's machine) outlives the query: stop it
+        assert stop_receiver(str(spool)) is not None
     assert {topic for topic, _ in received} == {"copy/in/x"}
     values = sorted((value for _, value in received), key=lambda v: v[1])  # by offset
     assert [(payload, offset) for payload, offset, _, _ in values] == [
