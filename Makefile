@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-spark-versions demo lint format bench clean
+.PHONY: test test-slow test-cluster test-spark-versions demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ test: $(STAMP)
 # for the 5-minute suite, so a step of their own; CI runs it after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+# The connector beyond one process, each in a pytest process of its own (a classic driver
+# and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two
+# single-core workers) and a Spark Connect server, both started from the venv's pyspark on
+# loopback and stopped at the end. `make test` leaves these tests out; CI runs them after it.
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m cluster tests/test_spark_cluster.py
+	$(BIN)/python -m pytest -p no:cacheprovider -m connect tests/test_spark_connect.py
 
 # The Spark tests again on PySpark 4.0 and 4.1 (Databricks 17.3 and 18 LTS), each in its
 # own .venv-spark-X.Y, both at once; CI runs it after `make test`.

@@ -167,7 +167,15 @@ def _subscriber(conn: Any, expected: int) -> None:
 # --- where the CPU goes -------------------------------------------------------------------------
 
 
-def _role(cmd: str) -> str:
+def _role(cmd: str, on_executor: bool = False) -> str:
+    """What a process is, from its command line (``on_executor``: an executor JVM is among
+    its ancestors, as for the Python workers of a cluster's executors)."""
+    if "CoarseGrainedExecutorBackend" in cmd:
+        return "executor JVMs"
+    if "deploy.master.Master" in cmd or "deploy.worker.Worker" in cmd:
+        return "cluster daemons (master, workers)"
+    if on_executor:
+        return "executors' python workers"
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
     if "python_streaming_source_runner" in cmd:
@@ -191,6 +199,7 @@ class CpuSampler:
     def __init__(self) -> None:
         self._seen: dict[int, tuple[float, str]] = {}
         self._base: dict[int, float] = {}
+        self._on_executor: set[int] = set()  # processes an executor JVM started
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -222,6 +231,16 @@ class CpuSampler:
             except OSError:
                 continue
             out[pid] = (stats[pid][1], cmd)
+        for pid in out:  # under an executor JVM (a cluster's): counted as the executors' work
+            parent = stats[pid][0]
+            while parent in out and parent not in self._on_executor:
+                if "CoarseGrainedExecutorBackend" in out[parent][1]:
+                    self._on_executor.add(pid)
+                    break
+                parent = stats[parent][0]
+            else:
+                if parent in self._on_executor:
+                    self._on_executor.add(pid)
         return out
 
     def _remember(self, looked: dict[int, tuple[float, str]]) -> None:
@@ -253,7 +272,8 @@ class CpuSampler:
         for pid, (cpu, cmd) in self._seen.items():
             used = cpu - self._base.get(pid, 0.0)
             if used > 0:
-                roles[_role(cmd)] = roles.get(_role(cmd), 0.0) + used
+                role = _role(cmd, pid in self._on_executor)
+                roles[role] = roles.get(role, 0.0) + used
         return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 
 
@@ -395,8 +415,9 @@ def bench_read(
 
 def _offset_of(reported: Any) -> int:
     """A progress report's offset: JSON text on Spark 4.2 and later, the Python dict's
-    ``repr`` on 4.0 and 4.1 (``{'offset': 5}``), absent before the first batch."""
-    if not reported:
+    ``repr`` on 4.0 and 4.1 (``{'offset': 5}``), absent (or JSON ``null``) before the
+    first batch: a fresh spool's first offset, 0."""
+    if not reported or str(reported) == "null":
         return 0
     match = re.search(r"offset\W+(\d+)", str(reported))
     if match is None:

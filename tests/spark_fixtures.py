@@ -178,3 +178,42 @@ def drain_until(query: Any, count: Callable[[], int], expected: int, timeout: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"only {n} of {expected} rows after {timeout} s")
         time.sleep(0.05)
+
+
+def replay_logs(
+    session: Any,
+    endpoint: broker.Endpoint,
+    messages: list[tuple[str, bytes]],
+    queries: dict[str, int],
+    before: set[str],
+    prefix: str = "zeek/logs",
+) -> None:
+    """Publish recorded ``(topic, payload)`` messages (a Zeek's log traffic) once each query's
+    endpoint subscribed to ``prefix`` (peers not in ``before``: a query stopped just before
+    may still be a peer with the same filter), then wait for each memory table of ``queries``
+    to hold its expected rows (saying, if not, how many each query's batches read)."""
+
+    def subscribed() -> int:
+        return sum(
+            peer not in before and any(str(t).startswith(prefix) for t in f)
+            for peer, f in endpoint._core.peer_filters().items()
+        )
+
+    wait_for(lambda: subscribed() >= len(queries), 60, "the readers' subscriptions")
+    endpoint.publish_encoded(messages)
+    for table, expected in queries.items():
+        seen = [0]
+
+        def enough(table: str = table, expected: int = expected, seen: list = seen) -> bool:
+            seen[0] = session.sql(f"select count(*) from {table}").first()[0]
+            return seen[0] >= expected
+
+        try:
+            wait_for(enough, 120, f"{expected} rows in {table}")
+        except AssertionError:
+            progress = [
+                (q.name, [p.numInputRows for p in q.recentProgress]) for q in session.streams.active
+            ]
+            raise AssertionError(
+                f"{seen[0]} of {expected} rows in {table} after 120 s; the queries' batches: {progress}"
+            ) from None

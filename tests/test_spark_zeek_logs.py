@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 import pytest
-from spark_fixtures import hub, running, spark, wait_for  # noqa: F401
+from spark_fixtures import hub, replay_logs, running, spark, wait_for  # noqa: F401
 from zeek_recordings import recording
 
 from broker_spark.data.binary import encode
@@ -41,35 +41,7 @@ def _reader(session: Any, port: int, **options: str) -> Any:
 def _replay(
     session: Any, endpoint: Any, name: str, queries: dict[str, int], before: set[str]
 ) -> None:
-    """Send a recording's messages once each query's endpoint subscribed (peers not in
-    ``before``: a query stopped just before may still be a peer with the same filter);
-    wait for their rows."""
-
-    def subscribed() -> int:
-        return sum(
-            peer not in before and any(str(t).startswith("zeek/logs") for t in f)
-            for peer, f in endpoint._core.peer_filters().items()
-        )
-
-    wait_for(lambda: subscribed() >= len(queries), 60, "the readers' subscriptions")
-    publish_encoded(endpoint, recording(name).data)
-    for table, expected in queries.items():
-        seen = [0]
-
-        def enough(table: str = table, expected: int = expected, seen: list = seen) -> bool:
-            seen[0] = session.sql(f"select count(*) from {table}").first()[0]
-            return seen[0] >= expected
-
-        try:
-            wait_for(enough, 90, f"{expected} rows in {table}")
-        except AssertionError:
-            progress = [
-                (q.name, [p["numInputRows"] for p in q.recentProgress])
-                for q in session.streams.active
-            ]
-            raise AssertionError(
-                f"{seen[0]} of {expected} rows in {table} after 90 s; the queries' batches: {progress}"
-            ) from None
+    replay_logs(session, endpoint, recording(name).data, queries, before)
 
 
 def test_a_stream_of_one_log_equals_zeeks_own_json_logs(spark, hub) -> None:  # noqa: F811

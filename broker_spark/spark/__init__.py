@@ -8,7 +8,9 @@ uses modules here that do not need Spark.
 * :func:`parse_zeek_json`: a Column reading Zeek JSON log lines into those columns;
 * :func:`read_zeek_json`: Zeek's JSON log files as a DataFrame of those columns;
 * :func:`register`: makes ``format("broker")`` known to a session where Spark did
-  not find it by itself (idempotent);
+  not find it by itself, sizes stream reads for the session's parallelism, and
+  lets a write started from the calling thread find the source (idempotent;
+  ``docs/deploy.md``);
 * :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``.
 """
 

@@ -16,7 +16,10 @@ Choices where the issue left room:
   so nothing but offsets crosses the network) or ``auto`` (the default:
   inline until a task shows it runs in the driver's JVM, as in local mode,
   then the spool, private or not: see :mod:`~broker_spark.spark.local_executors`).
-* ``maxRecordsPerPartition`` bounds a partition (default 100000).
+* ``maxRecordsPerPartition`` bounds a partition (default 100000);
+  ``minPartitions`` (as Spark's Kafka source) splits a batch of at least
+  that many records into at least that many partitions
+  (:mod:`~broker_spark.spark.parallelism`).
 * ``spool.segmentBytes``/``spool.retentionBytes`` take sizes with binary
   suffixes (``64m``, ``1g``); ``spool.retentionBytes``/``spool.retentionMs``
   take ``-1`` or ``none`` for "no limit". ``spool.fsync`` syncs each batch.
@@ -110,6 +113,7 @@ _READER = (
     "startingOffsets",
     "maxRecordsPerTrigger",
     "maxRecordsPerPartition",
+    "minPartitions",
     "failOnDataLoss",
     "spoolPath",
     "spool.segmentBytes",
@@ -209,6 +213,7 @@ class ReaderOptions:
     starting_offsets: str = "latest"
     max_records_per_trigger: int | None = None
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
+    min_partitions: int | None = None  # None: the cluster's parallelism decides
     fail_on_data_loss: bool = True
     spool: SpoolOptions = field(default_factory=SpoolOptions)
     format: str = "default"
@@ -494,6 +499,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         starting_offsets=raw.choice("startingOffsets", STARTING_OFFSETS, "latest"),
         max_records_per_trigger=raw.positive_int("maxRecordsPerTrigger"),
         max_records_per_partition=per_partition or DEFAULT_MAX_RECORDS_PER_PARTITION,
+        min_partitions=raw.positive_int("minPartitions"),
         fail_on_data_loss=raw.boolean("failOnDataLoss", True),
         spool=spool,
         format=fmt,

@@ -15,6 +15,12 @@ and hands out the reader or writer that fits them.
 
 Spark's ``schema()`` cannot tell a batch read from a stream read, so a store
 has one default schema for both (:data:`~broker_spark.spark.store_tables.STORE_DDL`).
+
+:func:`~broker_spark.spark.register` registers a subclass that carries the
+session's parallelism (:attr:`BrokerDataSource.session_parallelism`): Spark
+pickles the registered class to every process that builds the source, so the
+stream readers plan partitions for the cluster rather than for the driver's
+cores (:mod:`~broker_spark.spark.parallelism`).
 """
 
 from __future__ import annotations
@@ -63,6 +69,10 @@ def arrow_schema_of(schema: StructType) -> pa.Schema:
 class BrokerDataSource(DataSource):
     """Zeek Broker topics and data stores as Spark tables and streams (format ``"broker"``)."""
 
+    #: The parallelism of the session that registered the source (None: not registered by
+    #: :func:`~broker_spark.spark.register`, so the driver's cores stand in for it).
+    session_parallelism: int | None = None
+
     @classmethod
     def name(cls) -> str:
         return "broker"
@@ -82,13 +92,14 @@ class BrokerDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_reader_options(self.options, streaming=True)
         arrow = arrow_schema_of(schema)
+        parallelism = self.session_parallelism
         if options.store is not None:
-            return StoreChangeReader(options, arrow)
+            return StoreChangeReader(options, arrow, parallelism)
         if options.format == "zeek-logs":
             from broker_spark.spark.zeek_reader import ZeekLogStreamReader
 
-            return ZeekLogStreamReader(options, arrow, schema)
-        return BrokerStreamReader(options, arrow)
+            return ZeekLogStreamReader(options, arrow, schema, parallelism)
+        return BrokerStreamReader(options, arrow, parallelism)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_reader_options(self.options, streaming=False)

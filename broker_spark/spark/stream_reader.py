@@ -28,9 +28,12 @@ Offsets are spool offsets (``{"offset": n}``, the next record, built by
   until a task shows it runs in the driver's JVM (local mode), then offsets
   only, read from the spool by the task
   (:mod:`~broker_spark.spark.local_executors`).
-* A batch is split into ranges of at most ``maxRecordsPerPartition``, and
-  into a multiple of the driver's cores (whole waves of tasks) when each
-  still holds at least :data:`MIN_RECORDS_PER_SPLIT` records.
+* A batch is split into ranges of at most ``maxRecordsPerPartition``, into
+  at least ``minPartitions``, and into a multiple of the cluster's
+  parallelism (whole waves of tasks) when each still holds at least
+  :data:`MIN_RECORDS_PER_SPLIT` records; the parallelism is the one
+  ``register(spark)`` captured, else the driver's cores
+  (:mod:`~broker_spark.spark.parallelism`).
 
 Throughput (``bench/spark_stream.py``, 2 cores shared by publisher, endpoint,
 JVM and workers): the sum of the CPU every process spends per row is the
@@ -46,7 +49,6 @@ of a larger delay), ``maxRecordsPerTrigger`` only for bounding batches.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -62,8 +64,9 @@ from broker_spark.spark.compat import (
 from broker_spark.spark.driver_side import BrokerDataLossError
 from broker_spark.spark.inline_frames import CompressedFrames
 from broker_spark.spark.local_executors import LocalExecutors, jvm_token
-from broker_spark.spark.offsets import SpoolOffset, plan_partitions
+from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.parallelism import MIN_RECORDS_PER_SPLIT, local_parallelism, split_batch
 from broker_spark.spark.partitions import (
     INLINE_CODEC,
     INLINE_LEVEL,
@@ -80,14 +83,17 @@ __all__ = ["MIN_RECORDS_PER_SPLIT", "BrokerStreamReader"]
 
 log = logging.getLogger(__name__)
 
-#: A batch is spread over the driver's cores only while each range keeps this many records.
-MIN_RECORDS_PER_SPLIT = 4096
-
 
 class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads the messages of ``options.topics`` as Arrow batches of ``schema``."""
+    """Reads the messages of ``options.topics`` as Arrow batches of ``schema``.
 
-    def __init__(self, options: ReaderOptions, schema: pa.Schema) -> None:
+    ``parallelism`` is the cluster's, where the session told it (see
+    :mod:`~broker_spark.spark.parallelism`); None means the driver's cores.
+    """
+
+    def __init__(
+        self, options: ReaderOptions, schema: pa.Schema, parallelism: int | None = None
+    ) -> None:
         self.options = options
         self.arrow_schema = schema
         self.make_converter()  # a schema that cannot be mapped fails here, at query start
@@ -96,7 +102,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_at: int | None = None  # the spool's end before the first connect
         self._available_now = False
         self._target: int | None = None
-        self._parallelism = max(1, os.cpu_count() or 1)
+        self._parallelism = parallelism or local_parallelism()
         self._next_start: int | None = None  # Spark before 4.2: where the next batch starts
         self._frames: CompressedFrames | None = None  # inline partitions compressed ahead
         self._local: LocalExecutors | None = None  # partitionData=auto: tasks in our JVM?
@@ -275,14 +281,13 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        n = hi - lo
-        cap = self.options.max_records_per_partition
-        # Whole waves of tasks: 3 partitions on 2 cores would leave one core idle in the
-        # second wave, so round up to a multiple of the cores (while ranges stay big enough).
-        needed = -(-n // cap)  # partitions of at most cap records
-        waves = -(-needed // self._parallelism)
-        wanted = max(1, min(waves * self._parallelism, n // MIN_RECORDS_PER_SPLIT))
-        return plan_partitions(lo, hi, cap, min_partitions=wanted)
+        return split_batch(
+            lo,
+            hi,
+            self.options.max_records_per_partition,
+            parallelism=self._parallelism,
+            min_partitions=self.options.min_partitions,
+        )
 
     def _partition(self, runtime: Runtime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         fail = self.options.fail_on_data_loss

@@ -23,11 +23,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from broker_spark.spark.offsets import plan_partitions
 from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.parallelism import MIN_RECORDS_PER_SPLIT, split_batch
 from broker_spark.spark.partitions import SpoolPartition, read_partition
 from broker_spark.spark.relay.runtimes import Runtime, reader_runtime
-from broker_spark.spark.stream_reader import MIN_RECORDS_PER_SPLIT, BrokerStreamReader
+from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
@@ -72,12 +72,18 @@ def offered_schema(options: ReaderOptions) -> StructType:
 class ZeekLogStreamReader(BrokerStreamReader):
     """Zeek's log records as rows of ``schema`` (typed columns, or ``_path``/``log``)."""
 
-    def __init__(self, options: ReaderOptions, schema: pa.Schema, spark_schema: StructType) -> None:
+    def __init__(
+        self,
+        options: ReaderOptions,
+        schema: pa.Schema,
+        spark_schema: StructType,
+        parallelism: int | None = None,
+    ) -> None:
         self.known = known_log_schema(options)
         known_names = self.known.names if self.known is not None else ()
         self.columns = LogColumns.of(spark_schema, known_names)
         self._history: LogSchemaHistory | None = None
-        super().__init__(options, schema)
+        super().__init__(options, schema, parallelism)
 
     def make_converter(self, schemas: Any = ()) -> LogConverter:
         return LogConverter(
@@ -103,13 +109,14 @@ class ZeekLogStreamReader(BrokerStreamReader):
         """Ranges of messages holding about ``maxRecordsPerPartition`` log records at most,
         spread over the cores while each holds enough records (a Batch holds up to 400)."""
         per_message = self._history.records_per_message() if self._history is not None else 1.0
-        n = hi - lo
-        cap = max(1, int(self.options.max_records_per_partition / per_message))
-        least = max(1, int(MIN_RECORDS_PER_SPLIT / per_message))
-        needed = -(-n // cap)
-        waves = -(-needed // self._parallelism)
-        wanted = max(1, min(waves * self._parallelism, n // least))
-        return plan_partitions(lo, hi, cap, min_partitions=wanted)
+        return split_batch(
+            lo,
+            hi,
+            max(1, int(self.options.max_records_per_partition / per_message)),
+            parallelism=self._parallelism,
+            least=max(1, int(MIN_RECORDS_PER_SPLIT / per_message)),
+            min_partitions=self.options.min_partitions,
+        )
 
     def _partition(self, runtime: Runtime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         part = super()._partition(runtime, lo, hi, inline)
