@@ -198,6 +198,17 @@ def test_close_fails_every_wait_and_ends_dials_and_connections() -> None:
     assert m.connection_up("late", None) == [Abort("late")]
 
 
+def test_a_link_that_comes_up_after_close_changes_nothing() -> None:
+    """Found by the rule-based test below: a version 2 handshake that finished after close
+    started a wait for the neighbour's routes, a timer on a machine that was shut."""
+    m = PeeringMachine()
+    m.peer(*KEY, retry=0.0)
+    m.connection_up("c1", KEY)
+    m.close()
+    assert m.link_up("c1", PEER, NET, routes_known=False) == []
+    assert m.link_up("c1", PEER, NET, routes_known=True) == []
+
+
 def test_a_handshake_failure_is_the_attempt_failing_and_later_failures_are_reports() -> None:
     m = PeeringMachine()
     m.peer(*KEY, retry=1.0)

@@ -462,7 +462,12 @@ class PeeringMachine:
 
         ``routes_known`` is False for a version 2 link whose neighbour's first
         subscription has not arrived yet: its ``peer()`` calls wait for it.
+        A link that comes up after :meth:`close` (its handshake raced the
+        shutdown) changes nothing: close aborted its connection and answered
+        every ``peer()``, and no timer may start any more.
         """
+        if self.closed:
+            return []
         self._release_claim(conn)
         self.links[peer_id] = (conn, network)
         record = self.conns.get(conn)
