@@ -149,14 +149,6 @@ def check_tls(config: Any) -> None:
     from broker_spark.core.tls import TLSConfigError, TLSSettings, make_contexts
 
     try:
-        make_contexts(
-            TLSSettings(
-                certificate=config.openssl_certificate,
-                key=config.openssl_key,
-                cafile=config.openssl_cafile,
-                capath=config.openssl_capath,
-                passphrase=config.openssl_passphrase,
-            )
-        )
+        make_contexts(TLSSettings.of(config, disable_ssl=False))
     except TLSConfigError as exc:
         raise UsageError(f"TLS: {exc}") from None

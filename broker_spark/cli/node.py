@@ -316,16 +316,7 @@ def _relay_tls(config: Any) -> Any:
     """The relay's server TLS context: the node's own TLS settings (None: plain TCP)."""
     from broker_spark.core.tls import TLSSettings, make_contexts
 
-    contexts = make_contexts(
-        TLSSettings(
-            disable_ssl=bool(config.options.disable_ssl),
-            certificate=config.openssl_certificate,
-            key=config.openssl_key,
-            cafile=config.openssl_cafile,
-            capath=config.openssl_capath,
-            passphrase=config.openssl_passphrase,
-        )
-    )
+    contexts = make_contexts(TLSSettings.of(config))
     return contexts.server if contexts is not None else None
 
 

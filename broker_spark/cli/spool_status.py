@@ -112,17 +112,7 @@ def _client_tls(args: argparse.Namespace) -> Any:
     from broker_spark.cli.args import client_configuration
     from broker_spark.core.tls import TLSSettings, make_contexts
 
-    config = client_configuration(args)
-    contexts = make_contexts(
-        TLSSettings(
-            disable_ssl=bool(config.options.disable_ssl),
-            certificate=config.openssl_certificate,
-            key=config.openssl_key,
-            cafile=config.openssl_cafile,
-            capath=config.openssl_capath,
-            passphrase=config.openssl_passphrase,
-        )
-    )
+    contexts = make_contexts(TLSSettings.of(client_configuration(args)))
     return contexts.client if contexts is not None else None
 
 

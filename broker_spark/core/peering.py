@@ -108,14 +108,7 @@ class Peering:
         self.options = config.options
         self.node_id = core.node_id
         self.tls_error: str | None = None
-        settings = TLSSettings(
-            disable_ssl=bool(self.options.disable_ssl),
-            certificate=config.openssl_certificate,
-            key=config.openssl_key,
-            cafile=config.openssl_cafile,
-            capath=config.openssl_capath,
-            passphrase=config.openssl_passphrase,
-        )
+        settings = TLSSettings.of(config)
         try:
             self.tls = make_contexts(settings)
         except (TLSConfigError, ssl.SSLError, OSError) as exc:

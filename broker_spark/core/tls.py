@@ -16,6 +16,7 @@ import os
 import ssl
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 from broker_spark.errors import EC, BrokerError
 
@@ -46,6 +47,19 @@ class TLSSettings:
     def authenticated(self) -> bool:
         """True when any certificate option is set: mutual TLS is required."""
         return any((self.certificate, self.key, self.cafile, self.capath, self.passphrase))
+
+    @classmethod
+    def of(cls, config: Any, disable_ssl: bool | None = None) -> TLSSettings:
+        """The TLS settings of an endpoint ``Configuration`` (``disable_ssl`` overrides its
+        own)."""
+        return cls(
+            disable_ssl=bool(config.options.disable_ssl if disable_ssl is None else disable_ssl),
+            certificate=config.openssl_certificate,
+            key=config.openssl_key,
+            cafile=config.openssl_cafile,
+            capath=config.openssl_capath,
+            passphrase=config.openssl_passphrase,
+        )
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 from collections.abc import Callable, Sequence
 
 from broker_spark.endpoint import Endpoint
@@ -31,7 +29,6 @@ from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.private_spool import make_private_spool, release_private_spool
 from broker_spark.spark.pump import SpoolPump, SpoolSource
-from broker_spark.spark.segment import Segment
 from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 
@@ -42,13 +39,27 @@ log = logging.getLogger(__name__)
 #: Seconds between redials of a peer (or WebSocket API) the reader lost.
 RECONNECT_INTERVAL = 5.0
 
-_SEGMENT_FILE = re.compile(r"[0-9]{20}\.(log|index)\Z")
-
 
 class BrokerDataLossError(BrokerError):
     """Offsets a batch needs are not in the spool and ``failOnDataLoss`` is true."""
 
     code = EC.StaleData
+
+
+def lost_before_checkpoint(options: ReaderOptions, checkpoint: int, end: int, where: str) -> bool:
+    """Whether a spool ending at ``end`` lost offsets a checkpoint at ``checkpoint`` planned
+    (the spool did not survive a restart, or was replaced): with ``failOnDataLoss`` that
+    fails the query; without, it is logged and True says to go on at the checkpoint."""
+    if checkpoint <= end:
+        return False
+    text = (
+        f"the checkpoint is at offset {checkpoint} but {where} ends at offset {end}: "
+        f"offsets {end} to {checkpoint - 1} are lost"
+    )
+    if options.fail_on_data_loss:
+        raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
+    log.warning("%s; failOnDataLoss=false: continuing from offset %d", text, checkpoint)
+    return True
 
 
 class ReaderRuntime:
@@ -117,30 +128,13 @@ class ReaderRuntime:
         checkpoint, which Spark has already planned).
         """
         spool = self.open_spool()
-        end = spool.end_offset()
-        if checkpoint <= end:
-            return
         where = (
             "a temporary spool (set spoolPath to resume after a restart)"
             if self._tmpdir
             else f"spool {self.spool_path}"
         )
-        text = (
-            f"the checkpoint is at offset {checkpoint} but {where} ends at offset {end}: "
-            f"offsets {end} to {checkpoint - 1} are lost"
-        )
-        if self.options.fail_on_data_loss:
-            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
-        log.warning("%s; failOnDataLoss=false: continuing from offset %d", text, checkpoint)
-        spool.close()
-        self.spool = None
-        for name in os.listdir(self.spool_path):
-            if _SEGMENT_FILE.match(name):
-                os.unlink(os.path.join(self.spool_path, name))
-        Segment.create(
-            self.spool_path, checkpoint, interval=DEFAULT_INDEX_INTERVAL, fsync=False
-        ).close()
-        self.spool = self._new_spool()
+        if lost_before_checkpoint(self.options, checkpoint, spool.end_offset(), where):
+            spool.restart_at(checkpoint)
 
     def connect(self) -> None:
         """Steps 3 and 4: endpoint, subscription, peerings, pump (idempotent)."""

@@ -104,15 +104,7 @@ class WebSocketManager:
     # -- TLS ----------------------------------------------------------------------------
 
     def _settings(self, disable_ssl: bool) -> TLSSettings:
-        c = self._config
-        return TLSSettings(
-            disable_ssl=disable_ssl,
-            certificate=c.openssl_certificate,
-            key=c.openssl_key,
-            cafile=c.openssl_cafile,
-            capath=c.openssl_capath,
-            passphrase=c.openssl_passphrase,
-        )
+        return TLSSettings.of(self._config, disable_ssl)
 
     def contexts(self) -> TLSContexts:
         """The endpoint's TLS contexts, made once (also when the endpoint disabled SSL)."""

@@ -23,7 +23,12 @@ from typing import Any
 
 from broker_spark.core.tls import TLSSettings, make_contexts
 from broker_spark.errors import BrokerError
-from broker_spark.spark.driver_side import RECONNECT_INTERVAL, BrokerDataLossError, ReaderRuntime
+from broker_spark.spark.driver_side import (
+    RECONNECT_INTERVAL,
+    BrokerDataLossError,
+    ReaderRuntime,
+    lost_before_checkpoint,
+)
 from broker_spark.spark.options import HostPort, ReaderOptions, SslOptions
 from broker_spark.spark.relay.attach import ReceiverLink
 from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
@@ -49,16 +54,9 @@ FETCH_TIMEOUT = 300.0
 
 def tls_context(ssl: SslOptions) -> Any:
     """The client TLS context for a relay, from the same options as peering (None: plain)."""
-    contexts = make_contexts(
-        TLSSettings(
-            disable_ssl=ssl.disable,
-            certificate=ssl.certificate,
-            key=ssl.key,
-            cafile=ssl.cafile,
-            capath=ssl.capath,
-            passphrase=ssl.passphrase,
-        )
-    )
+    from broker_spark.config import Configuration
+
+    contexts = make_contexts(TLSSettings.of(ssl.apply(Configuration())))
     return contexts.client if contexts is not None else None
 
 
@@ -107,17 +105,9 @@ class ReceiverRuntime:
         removed by hand). Fail, or (``failOnDataLoss=false``) have the receiver go on there."""
         self.open_spool()
         end = int(self.link.state()["end"])
-        if checkpoint <= end:
-            return
-        text = (
-            f"the checkpoint is at offset {checkpoint} but spool {self.spool_path} ends at "
-            f"offset {end}: offsets {end} to {checkpoint - 1} are lost"
-        )
-        if self.options.fail_on_data_loss:
-            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
-        log.warning("%s; failOnDataLoss=false: continuing from offset %d", text, checkpoint)
-        self.link.restart_at(checkpoint)
-        self._refresh()
+        if lost_before_checkpoint(self.options, checkpoint, end, f"spool {self.spool_path}"):
+            self.link.restart_at(checkpoint)
+            self._refresh()
 
     def latest_start(self) -> int:
         self.open_spool()
@@ -263,17 +253,8 @@ class RelayRuntime:
         return self.spool
 
     def reconcile(self, checkpoint: int) -> None:
-        self.open_spool()
-        end = self.spool.end
-        if checkpoint <= end:
-            return
-        text = (
-            f"the checkpoint is at offset {checkpoint} but {self.where} ends at offset {end} "
-            "(its spool was replaced?)"
-        )
-        if self.options.fail_on_data_loss:
-            raise BrokerDataLossError(f"{text} (set failOnDataLoss=false to continue anyway)")
-        log.warning("%s; failOnDataLoss=false: going on", text)
+        self.open_spool()  # the relay's offsets are what they are: nothing to restart
+        lost_before_checkpoint(self.options, checkpoint, self.spool.end, self.where)
 
     def latest_start(self) -> int:
         self.open_spool()
