@@ -72,15 +72,15 @@ def test_bench_runs_the_scripts_with_progress(tmp_path: Path, capfd) -> None:
     assert "[1/2] codec ..." in err and "[2/2] endpoint done in" in err
     assert main(["bench", "--dir", str(d), "--json"]) == 0
     out, err = capfd.readouterr()
-    assert len(out.splitlines()) == len(BENCHMARKS) and "[7/7] typed_writes" in err
+    assert len(out.splitlines()) == len(BENCHMARKS) and "[11/11] spark_cluster" in err
 
 
 def test_bench_failures_and_errors(tmp_path: Path, capfd) -> None:
     d = _fake_bench(tmp_path, fail="store")
     assert main(["bench", "--dir", str(d)]) == 1
     err = capfd.readouterr().err
-    assert "[5/7] store FAILED (exit 1)" in err
-    assert err.endswith("broker-spark: error: 1 of 7 benchmarks failed: store\n")
+    assert "[5/11] store FAILED (exit 1)" in err
+    assert err.endswith("broker-spark: error: 1 of 11 benchmarks failed: store\n")
     assert main(["bench", "nope", "--dir", str(d)]) == 2
     assert main(["bench", "--dir", str(tmp_path / "missing")]) == 2
     assert main(["bench", "--list"]) == 0
@@ -90,6 +90,12 @@ def test_bench_failures_and_errors(tmp_path: Path, capfd) -> None:
 def test_bench_finds_the_checkout() -> None:
     found = find_bench_dir(None)
     assert (found / "codec.py").is_file() and found.resolve().parent.name
+
+
+def test_bench_lists_every_script_of_the_checkout() -> None:
+    """`make bench` runs them all: a new script under bench/ must be added to the list."""
+    scripts = {p.stem for p in find_bench_dir(None).glob("*.py") if not p.stem.startswith("_")}
+    assert scripts == set(BENCHMARKS)
 
 
 def test_bench_without_a_checkout(monkeypatch, tmp_path: Path) -> None:

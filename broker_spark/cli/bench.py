@@ -29,6 +29,10 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "store": ("--quick",),
     "spark_stream": ("--quick",),
     "typed_writes": ("--quick",),
+    "zeek_logs": ("--quick",),
+    "zeromq_logs": ("--seconds", "2"),
+    "relay": ("--quick",),
+    "spark_cluster": ("--quick",),
 }
 
 
