@@ -26,13 +26,18 @@ from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
 from broker_spark.spark.endpoint_access import RawSubscription
-from broker_spark.spark.options import ReaderOptions
+from broker_spark.spark.options import ReaderOptions, SpoolOptions
 from broker_spark.spark.private_spool import make_private_spool, release_private_spool
 from broker_spark.spark.pump import SpoolPump, SpoolSource
 from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
 from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 
-__all__ = ["BrokerDataLossError", "ReaderRuntime"]
+__all__ = [
+    "BrokerDataLossError",
+    "ReaderRuntime",
+    "lost_before_checkpoint",
+    "open_configured_spool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,19 @@ class BrokerDataLossError(BrokerError):
     """Offsets a batch needs are not in the spool and ``failOnDataLoss`` is true."""
 
     code = EC.StaleData
+
+
+def open_configured_spool(path: str, cfg: SpoolOptions, index_interval: int) -> Spool:
+    """The spool at ``path`` as the ``spool.*`` options say: the in-process reader's and the
+    receiver process's (raises :class:`SpoolLockedError` when another process owns it)."""
+    return Spool(
+        path,
+        segment_bytes=cfg.segment_bytes,
+        retention_bytes=cfg.retention_bytes,
+        retention_ms=cfg.retention_ms,
+        fsync=cfg.fsync,
+        index_interval=index_interval,
+    )
 
 
 def lost_before_checkpoint(options: ReaderOptions, checkpoint: int, end: int, where: str) -> bool:
@@ -107,15 +125,7 @@ class ReaderRuntime:
         return self.spool
 
     def _new_spool(self) -> Spool:
-        cfg = self.options.spool
-        return Spool(
-            self.spool_path,
-            segment_bytes=cfg.segment_bytes,
-            retention_bytes=cfg.retention_bytes,
-            retention_ms=cfg.retention_ms,
-            fsync=cfg.fsync,
-            index_interval=self._index_interval,
-        )
+        return open_configured_spool(self.spool_path, self.options.spool, self._index_interval)
 
     def reconcile(self, checkpoint: int) -> None:
         """Step 2: make the spool reach ``checkpoint``, the highest offset Spark has planned.

@@ -183,26 +183,19 @@ def _log_to(path: str) -> None:
 def run(spool_path: str, request: Mapping[str, Any]) -> int:
     """Own ``spool_path`` as ``request`` says, until idle, stopped or signalled."""
     from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
+    from broker_spark.spark.driver_side import open_configured_spool
     from broker_spark.spark.options import parse_reader_options
     from broker_spark.spark.relay.server import SpoolServer
     from broker_spark.spark.relay.service import SpoolService
-    from broker_spark.spark.spool import Spool, SpoolLockedError
+    from broker_spark.spark.spool import SpoolLockedError
     from broker_spark.spark.zeek_schema_log import LogSchemaHistory
 
     options = parse_reader_options(dict(request["options"]))
     logs = bool(request.get("logs"))
     index_interval = int(request.get("index_interval", 128))
     identity = identity_of(options, logs=logs)
-    cfg = options.spool
     try:
-        spool = Spool(
-            spool_path,
-            segment_bytes=cfg.segment_bytes,
-            retention_bytes=cfg.retention_bytes,
-            retention_ms=cfg.retention_ms,
-            fsync=cfg.fsync,
-            index_interval=index_interval,
-        )
+        spool = open_configured_spool(spool_path, options.spool, index_interval)
     except SpoolLockedError as exc:
         _answer({"error": str(exc), "busy": True})
         return 3
