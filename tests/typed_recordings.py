@@ -31,7 +31,7 @@ from recorded import VECTORS
 from zeek_recordings import recording
 
 from broker_spark.data.binary import decode
-from broker_spark.data.types import Count, Enum, Port, timespan_ns, timestamp_ns
+from broker_spark.data.types import INT64_MAX, Count, Enum, Port, timespan_ns, timestamp_ns
 from broker_spark.zeek.script_types import (
     Basic,
     EnumType,
@@ -43,8 +43,6 @@ from broker_spark.zeek.script_types import (
     VectorType,
     parse_signature,
 )
-
-INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
