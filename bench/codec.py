@@ -51,7 +51,8 @@ try:
 except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker_spark.data import binary, records
+from broker_spark.data import binary
+from broker_spark.data import msgpack_records as records
 from broker_spark.data.arrow import from_arrow, to_arrow
 from broker_spark.data.json_codec import dumps_value, loads_value
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from broker_spark import zeek  # noqa: E402
 from broker_spark.data.binary import encode  # noqa: E402
-from broker_spark.spark.spool import Spool  # noqa: E402
+from broker_spark.spool.spool import Spool  # noqa: E402
 
 
 def _fill_events(path: str, count: int) -> None:
@@ -75,9 +75,9 @@ def _fill_conn(path: str, rows: int) -> int:
 def _serve(path: str, index_interval: int, ports: Any, stop: Any) -> None:
     """A relay's server over an existing spool, in a process of its own (as a relay node is):
     no endpoint, nothing new arrives."""
-    from broker_spark.spark.relay.server import SpoolServer
-    from broker_spark.spark.relay.service import SpoolService
-    from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+    from broker_spark.spool.relay_server import SpoolServer
+    from broker_spark.spool.schema_history import LogSchemaHistory
+    from broker_spark.spool.service import SpoolService
 
     spool = Spool(path, index_interval=index_interval)
     server = SpoolServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
@@ -173,7 +173,7 @@ def bench_kind(spark: Any, path: str, logs: bool, repeat: int) -> dict[str, Any]
 
 def _fetch(relay: _Relay, path: str) -> dict[str, Any]:
     """The whole spool's record stream: over one relay connection, and read locally."""
-    from broker_spark.spark.relay.client import SpoolClient
+    from broker_spark.spool.relay_client import SpoolClient
 
     with Spool(path, readonly=True) as view:
         start, end = view.start_offset(), view.end_offset()

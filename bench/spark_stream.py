@@ -115,7 +115,6 @@ def _publisher(conn: Any, seconds: float, rate: float | None = None, raw: bool =
     publishes the events' Broker binary (as a Zeek node would, whose encoding
     costs no Python time) instead of encoding each in Python with ``publish_batch``.
     """
-    from broker_spark.spark.endpoint_access import publish_encoded
 
     with broker.Endpoint(_config()) as ep:
         conn.send(ep.listen("127.0.0.1", 0))
@@ -134,7 +133,7 @@ def _publisher(conn: Any, seconds: float, rate: float | None = None, raw: bool =
                 if ahead > 0:
                     time.sleep(ahead)
             if raw:
-                publish_encoded(ep, _preencoded(sent, size))
+                ep.publish_encoded(_preencoded(sent, size))
             else:
                 ep.publish_batch(*[(topic, _event(i)) for i in range(sent, sent + size)])
             sent += size
@@ -146,10 +145,9 @@ def _publisher(conn: Any, seconds: float, rate: float | None = None, raw: bool =
 
 def _subscriber(conn: Any, expected: int) -> None:
     """Listen, count what arrives on the output topic, report the rate."""
-    from broker_spark.spark.endpoint_access import RawSubscription
 
     with broker.Endpoint(_config()) as ep:
-        sub = RawSubscription(ep, ["bench/out"], 8192)
+        sub = ep.make_raw_subscriber(["bench/out"], qsize=8192)
         conn.send(ep.listen("127.0.0.1", 0))
         got, first, last = 0, 0.0, 0.0
         while got < expected:

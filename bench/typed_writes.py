@@ -207,7 +207,6 @@ def _addr(i: int) -> Any:
 def bench_bridge(events: list[tuple[str, bytes]], paced: bool) -> dict[str, Any]:
     """An endpoint's bridge publishing ``events`` (pre-encoded), until the server confirmed
     them all; ``paced=False`` lifts the window (the server's queue is then unlimited too)."""
-    from broker_spark.spark.endpoint_access import publish_encoded
 
     config = Configuration(BrokerOptions(disable_ssl=True))
     window = {} if paced else {"window": 1 << 30, "group": 1 << 20}
@@ -215,7 +214,7 @@ def bench_bridge(events: list[tuple[str, bytes]], paced: bool) -> dict[str, Any]
         assert ep.web_socket_peer(server.url, [], retry=0, **window)
         start = time.perf_counter()
         for i in range(0, len(events), 1000):
-            publish_encoded(ep, events[i : i + 1000])
+            ep.publish_encoded(events[i : i + 1000])
         if not ep.web_socket_flush(server.url, 600):
             raise RuntimeError("the server did not confirm the events")
         elapsed = time.perf_counter() - start

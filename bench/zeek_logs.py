@@ -185,7 +185,6 @@ def _publisher(conn: Any, seconds: float, rate: float) -> None:
     retention drops what the query has not read: data loss, not throughput)."""
     from broker_spark.data.binary import encode
     from broker_spark.demo.events import ConnectionLogs
-    from broker_spark.spark.endpoint_access import publish_encoded
     from broker_spark.zeek import LogCreate
 
     source = ConnectionLogs(seed=11)
@@ -197,11 +196,11 @@ def _publisher(conn: Any, seconds: float, rate: float) -> None:
         conn.send(ep.listen("127.0.0.1", 0))
         while not ep.peer_subscriptions():
             time.sleep(0.01)
-        publish_encoded(ep, [(LOG_TOPIC, encode(LogCreate.of(schema)))])
+        ep.publish_encoded([(LOG_TOPIC, encode(LogCreate.of(schema)))])
         conn.send("subscribed")
         sent = 0
         for i in _paced(seconds, rate, 8 * BATCH):
-            publish_encoded(ep, [(LOG_TOPIC, pool[(8 * i + k) % len(pool)]) for k in range(8)])
+            ep.publish_encoded([(LOG_TOPIC, pool[(8 * i + k) % len(pool)]) for k in range(8)])
             sent += 8 * BATCH
         conn.send(sent)
         conn.recv()

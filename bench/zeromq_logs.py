@@ -15,8 +15,8 @@ for ``S`` seconds (10 by default), in one of two ways:
 
 The receiving side is what a Spark query's driver runs with default options:
 :class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver` (or an endpoint's
-subscription) drained by the :class:`~broker_spark.spark.pump.SpoolPump` into a
-:class:`~broker_spark.spark.spool.Spool` in a temporary directory. Measured: log
+subscription) drained by the :class:`~broker_spark.spool.pump.SpoolPump` into a
+:class:`~broker_spark.spool.spool.Spool` in a temporary directory. Measured: log
 records spooled per second while the sender sends and in all after a short drain
 (counted from what the pump appended), and for ZeroMQ the records of the batches the
 sender could not hand over (Zeek's drops). Both senders offer 340,000 records a
@@ -126,9 +126,9 @@ def _broker_sender(port: int, seconds: float, rate: float, conn: Any) -> None:
 
 
 def _spool_run(source: Any, sender: mp.Process, conn: Any, seconds: float) -> dict[str, Any]:
-    from broker_spark.spark.pump import SpoolPump
-    from broker_spark.spark.spool import Spool
-    from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+    from broker_spark.spool.pump import SpoolPump
+    from broker_spark.spool.schema_history import LogSchemaHistory
+    from broker_spark.spool.spool import Spool
 
     directory = tempfile.mkdtemp(prefix="bench-spool-")
     history = LogSchemaHistory()
@@ -178,12 +178,11 @@ def run_zeromq(seconds: float, rate: float = 0.0) -> dict[str, Any]:
 
 def run_broker(seconds: float, rate: float = 0.0) -> dict[str, Any]:
     import broker_spark as broker
-    from broker_spark.spark.endpoint_access import RawSubscription
 
     config = broker.Configuration(broker.BrokerOptions(disable_ssl=True))
     ep = broker.Endpoint(config)
     try:
-        subscription = RawSubscription(ep, ["zeek/logs/"], 8192)
+        subscription = ep.make_raw_subscriber(["zeek/logs/"], qsize=8192)
         port = ep.listen("127.0.0.1", 0)
         here, there = mp.Pipe()
         sender = mp.Process(target=_broker_sender, args=(port, seconds, rate, there))

@@ -1,4 +1,4 @@
-"""Endpoint configuration: Broker's ``BrokerOptions`` and ``Configuration``.
+"""Endpoint configuration: Broker's ``BrokerOptions`` and ``Configuration``, and TLS settings.
 
 Code written for Broker's Python bindings builds ``Configuration(BrokerOptions())``,
 flips a few options and passes the result to ``Endpoint``. We accept the same
@@ -11,7 +11,9 @@ endpoint is built from them, so a typo fails loudly instead of being ignored.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "Backend",
     "BrokerOptions",
     "Configuration",
+    "TLSSettings",
     "check_overflow_policy",
 ]
 
@@ -161,15 +164,77 @@ class Configuration:
     @property
     def authenticated(self) -> bool:
         """True when any certificate option is set, which asks for mutual TLS."""
-        return any(
-            (
-                self.openssl_cafile,
-                self.openssl_capath,
-                self.openssl_certificate,
-                self.openssl_key,
-                self.openssl_passphrase,
-            )
-        )
+        return TLSSettings.of(self).authenticated
 
     def __repr__(self) -> str:
         return f"Configuration({self.options!r}, authenticated={self.authenticated})"
+
+
+#: The names of TLSSettings' certificate fields, in the order Broker lists them.
+TLS_FILES = ("certificate", "key", "cafile", "capath")
+
+
+@dataclass(frozen=True)
+class TLSSettings:
+    """Broker's TLS options, the one type every way of giving them becomes.
+
+    An endpoint's :class:`Configuration` holds them as Broker's ``openssl_*``
+    attributes and ``options.disable_ssl`` (:meth:`of`, :meth:`apply`); the
+    command's flags and ``[tls]`` section, the Spark options ``ssl.*``
+    (:meth:`spark_options`), the demo and the relay's clients all make one of
+    these. With no file set, TLS is anonymous (encrypted, not authenticated, as
+    Broker's default); with any, both sides present certificates that verify
+    against the CA (mutual TLS). The passphrase never shows in a repr.
+    """
+
+    disable_ssl: bool = False
+    certificate: str = ""
+    key: str = ""
+    cafile: str = ""
+    capath: str = ""
+    passphrase: str = field(default="", repr=False)
+
+    @property
+    def authenticated(self) -> bool:
+        """True when any certificate option is set: mutual TLS is required."""
+        return any((self.certificate, self.key, self.cafile, self.capath, self.passphrase))
+
+    @classmethod
+    def of(cls, config: Configuration, disable_ssl: bool | None = None) -> TLSSettings:
+        """The TLS settings of an endpoint ``Configuration`` (``disable_ssl`` overrides its
+        own)."""
+        return cls(
+            disable_ssl=bool(config.options.disable_ssl if disable_ssl is None else disable_ssl),
+            certificate=config.openssl_certificate,
+            key=config.openssl_key,
+            cafile=config.openssl_cafile,
+            capath=config.openssl_capath,
+            passphrase=config.openssl_passphrase,
+        )
+
+    def apply(self, config: Configuration) -> Configuration:
+        """Copy these settings into ``config`` (returned, for chaining)."""
+        config.options.disable_ssl = self.disable_ssl
+        config.openssl_certificate = self.certificate
+        config.openssl_key = self.key
+        config.openssl_cafile = self.cafile
+        config.openssl_capath = self.capath
+        config.openssl_passphrase = self.passphrase
+        return config
+
+    def configuration(self, options: BrokerOptions | None = None) -> Configuration:
+        """A fresh endpoint configuration with these settings (and ``options``)."""
+        return self.apply(Configuration(options))
+
+    def replace(self, **changes: Any) -> TLSSettings:
+        """A copy with ``changes`` (field names as above)."""
+        return dataclasses.replace(self, **changes)
+
+    def spark_options(self) -> dict[str, str]:
+        """The same settings as the ``broker`` data source's ``ssl.*`` options (what is set)."""
+        out = {"ssl.disable": "true"} if self.disable_ssl else {}
+        for name in (*TLS_FILES, "passphrase"):
+            value = getattr(self, name)
+            if value:
+                out[f"ssl.{name}"] = value
+        return out

@@ -28,7 +28,8 @@ import atexit
 import datetime as _dt
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker_spark.config import BrokerOptions, Configuration
 from broker_spark.core.actor import Core
@@ -38,11 +39,14 @@ from broker_spark.core.queues import SubscriberQueue
 from broker_spark.data.binary import encode
 from broker_spark.publisher import Publisher
 from broker_spark.status import PeerInfo, PeerStatus
-from broker_spark.subscriber import StatusSubscriber, Subscriber, topic_list
+from broker_spark.subscriber import RawSubscriber, StatusSubscriber, Subscriber, topic_list
 from broker_spark.topic import Topic, as_topic_str
 
 if TYPE_CHECKING:
+    from broker_spark.core.link import Link
     from broker_spark.store_api import Store
+
+T = TypeVar("T")
 
 __all__ = ["Endpoint"]
 
@@ -164,9 +168,21 @@ class Endpoint:
         """Like :meth:`make_subscriber`, returning immutable, hashable values."""
         return self._subscribe(topics, qsize, overflow, safe=True)
 
+    def make_raw_subscriber(
+        self, topics: Any, qsize: int | None = None, overflow: str | None = None
+    ) -> RawSubscriber:
+        """Like :meth:`make_subscriber`, its items the payloads' bytes as they arrived
+        (an extension; see :class:`~broker_spark.subscriber.RawSubscriber`)."""
+        return self._subscribe(topics, qsize, overflow, safe=False, raw=True)
+
     def _subscribe(
-        self, topics: Any, qsize: int | None, overflow: str | None, safe: bool
-    ) -> Subscriber:
+        self,
+        topics: Any,
+        qsize: int | None,
+        overflow: str | None,
+        safe: bool,
+        raw: bool = False,
+    ) -> Any:
         opts = self._options
         prefixes = tuple(dict.fromkeys(topic_list(topics)))
         queue = SubscriberQueue(
@@ -177,6 +193,8 @@ class Endpoint:
             max_bytes=opts.subscriber_queue_bytes,
         )
         self._loop.run_sync(self._core.add_subscriber, queue)
+        if raw:
+            return RawSubscriber(self._core, queue, owner=self)
         return Subscriber(self._core, queue, safe, owner=self)
 
     def make_status_subscriber(self, receive_statuses: bool = False) -> StatusSubscriber:
@@ -234,6 +252,52 @@ class Endpoint:
             return tcp is not None and node in tcp.fabric.reachable_strs
 
         return core.wait_until(ready, AWAIT_PEER_TIMEOUT if timeout is None else timeout)
+
+    # -- delivery (extensions: what the Spark writers need of an endpoint) -----------------
+
+    def links(self) -> list[Link]:
+        """The neighbours as the core sees them now: native peers, WebSocket bridges, a
+        ZeroMQ proxy (each a :class:`~broker_spark.core.link.Link`: ``peer_str``, ``kind``,
+        ``closed``); what :meth:`flush` may be asked to hear from."""
+        return self._loop.run_sync(lambda: list(self._core.links.values()))
+
+    def routes_known(self, links: Sequence[Link]) -> bool:
+        """Whether every version 2 peer among ``links`` told us its own subscription.
+
+        Over version 2 a new neighbour's filter arrives as routing messages, one
+        endpoint's at a time, and those of endpoints behind it may come first; until
+        its own is in, messages meant for it are routed nowhere. Version 1 peers
+        (a Zeek) and WebSocket bridges state their filter up front.
+        """
+        peering = self._tcp(create=False)
+        if peering is None:
+            return True
+        router = peering.fabric.router
+        return all(
+            router.timestamp_of(link.peer_id) is not None
+            for link in links
+            if not link.closed and link.kind == "broker" and link.version >= 2  # type: ignore[attr-defined]
+        )
+
+    def flush(self, timeout: float = 60.0, links: Sequence[Link] | None = None) -> None:
+        """Return once every peer confirmed it took what this endpoint published so far.
+
+        ``links`` (from :meth:`links`) are the neighbours that must confirm, by
+        default those up now; each must still be up, and there must be one.
+        Raises :class:`~broker_spark.errors.DeliveryError` naming the peer that
+        did not confirm within ``timeout`` seconds. Broker peers and WebSocket
+        servers stay peered; a ZeroMQ proxy confirms nothing, so its link is
+        left once everything is written to it (see :mod:`broker_spark.core.delivery`).
+        """
+        from broker_spark.core.delivery import flush
+
+        chosen = self.links() if links is None else list(links)
+        self._loop.run_coro(flush(self._publish_src, chosen, timeout))
+
+    def run_in_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` run on this endpoint's event loop, its result returned (an extension:
+        for reading the state of a link, which only that loop's thread may touch)."""
+        return self._loop.run_sync(fn, *args)
 
     def _tcp(self, create: bool = True) -> Any:
         """The TCP/TLS peering (``broker_spark.core.peering``), made on first use."""

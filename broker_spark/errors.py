@@ -121,6 +121,12 @@ class StoreError(BrokerError):
     code = EC.BackendFailure
 
 
+class DeliveryError(BrokerError):
+    """A peer did not confirm in time that it took what an endpoint published (``flush``)."""
+
+    code = EC.PeerTimeout
+
+
 class ShutdownError(BrokerError):
     """The endpoint was shut down while the caller waited."""
 

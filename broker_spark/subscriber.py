@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import uuid
 from collections.abc import Callable, Iterable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.core.message import decoded, decoded_all, decoded_frozen
+from broker_spark.core.message import SharedMessage, decoded, decoded_all, decoded_frozen
 from broker_spark.core.queues import SubscriberQueue
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.status import Error
@@ -29,7 +30,7 @@ from broker_spark.topic import Topic, as_topic_str
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
 
-__all__ = ["StatusSubscriber", "Subscriber", "parse_get_args", "topic_list"]
+__all__ = ["RawSubscriber", "StatusSubscriber", "Subscriber", "parse_get_args", "topic_list"]
 
 
 def topic_list(topics: Any) -> list[str]:
@@ -247,6 +248,75 @@ class Subscriber(_QueueReader):
     def __repr__(self) -> str:
         topics = self.topics()
         return f"Subscriber({topics!r}, safe={self._safe})"
+
+
+class RawSubscriber(Subscriber):
+    """A subscriber whose items stay bytes: ``(topic, payload, sender id text)`` (an extension).
+
+    Broker's API decodes every message a subscriber takes. What only stores or
+    forwards payloads (the spool of a reader or a relay, the Zeek log tools,
+    which decode straight into columns later) takes them as they arrived
+    instead: the payload is the Broker binary of the value, never decoded
+    here. A message of this endpoint's own stores or WebSocket clients has no
+    peer as sender; its sender text is empty.
+    """
+
+    #: Sender ids turned to text, remembered up to this many senders.
+    SENDERS_KEPT = 4096
+
+    def __init__(self, core: Core, queue: SubscriberQueue, owner: object = None) -> None:
+        super().__init__(core, queue, False, owner)
+        self._senders: dict[bytes, str] = {}
+
+    def _convert(self, items: list) -> list:
+        return [self._record(item) for item in items]
+
+    def take(self, n: int, timeout: float | None) -> list[tuple[str, bytes, str]]:
+        """Up to ``n`` messages as soon as there is one; ``[]`` after ``timeout`` seconds.
+
+        Raises :class:`~broker_spark.errors.ShutdownError` once the endpoint is
+        shut down and the queue is drained, or after :meth:`reset`.
+        """
+        return self._take(n, timeout)
+
+    def take_stamped(
+        self, n: int, timeout: float | None, clock_ns: Callable[[], int]
+    ) -> list[tuple[str, bytes, str, int]]:
+        """Like :meth:`take`, as ``(topic, payload, sender, received_at_ns)``, all stamped
+        with one ``clock_ns()`` read when they were taken (the spool's records)."""
+        queue = self._queue
+        if queue is None:
+            raise ShutdownError("the subscriber was reset")
+        items = queue.take(n, timeout)
+        if not items:
+            return []
+        now = clock_ns()
+        senders = self._senders
+        try:  # the usual case: tuples from peers whose id text is known already
+            return [(item[0], item[1], senders[item[4]], now) for item in items]
+        except (KeyError, TypeError, IndexError):
+            return [(*self._record(item), now) for item in items]
+
+    def _record(self, item: Any) -> tuple[str, bytes, str]:
+        if type(item) is tuple:
+            sender = item[4]
+            text = self._senders.get(sender)
+            if text is None:
+                text = str(uuid.UUID(bytes=sender)) if len(sender) == 16 else sender.hex()
+                if len(self._senders) >= self.SENDERS_KEPT:
+                    self._senders.clear()
+                self._senders[sender] = text
+            return item[0], item[1], text
+        if isinstance(item, SharedMessage):
+            return item.topic, item.payload, ""
+        raise TypeError(f"unexpected subscriber item {type(item).__name__}")
+
+    def close(self) -> None:
+        """The same as :meth:`reset` (what a spool's pump calls on its source)."""
+        self.reset()
+
+    def __repr__(self) -> str:
+        return f"RawSubscriber({self.topics()!r})"
 
 
 class StatusSubscriber(_QueueReader):

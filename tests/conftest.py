@@ -6,6 +6,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from broker_spark.spark.receiver_attach import RECEIVER_MODULES
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -87,7 +89,7 @@ def _stop_receivers_under(root: str) -> list[tuple[int, str]]:
                 words = [w.decode(errors="replace") for w in f.read().split(b"\0")]
         except OSError:
             continue
-        if "broker_spark.spark.relay.receiver" not in words:
+        if not any(m in words for m in RECEIVER_MODULES):
             continue
         paths = [w for w in words if w.startswith(root)]
         if paths:

@@ -26,7 +26,7 @@ from broker_spark.protocol.channel import (
     RetransmitFailed,
     Synced,
 )
-from broker_spark.protocol.simlink import SimLink
+from tests.simlink import SimLink
 
 
 def paired(**producer_options: Any) -> tuple[Producer[str], Consumer[str]]:

@@ -27,7 +27,7 @@ def test_every_example_config_loads(path: Path) -> None:
     assert config.options.ttl >= 1
     if path.name.startswith("tls-"):
         # Certificate paths resolve next to the file: conf/certs/, where `certs` writes.
-        assert Path(settings.certificate).parent == ROOT / "conf" / "certs"
+        assert Path(settings.tls.certificate).parent == ROOT / "conf" / "certs"
         assert config.authenticated
     if path.name == "zeek-facing.toml":
         assert settings.websocket is not None and "zeek/" in settings.forward
@@ -94,8 +94,8 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path) -> None:
         "[[master]]\nname = 's'\nbackend = 'SQLite'\npath = 'data/s.db'\n",
     )
     s = load_node_config(path)
-    assert s.certificate == str(tmp_path / "c" / "a.pem")
-    assert s.key == "/abs/a.key"
+    assert s.tls.certificate == str(tmp_path / "c" / "a.pem")
+    assert s.tls.key == "/abs/a.key"
     assert (s.masters[0].backend, s.masters[0].path) == ("sqlite", str(tmp_path / "data/s.db"))
 
 
@@ -127,7 +127,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert s.listen == ("127.0.0.1", 0)
     assert s.peers == [("c", 3)]  # replaced, not appended
     assert s.forward == ["/x"]  # not given: the file's
-    assert s.certificate == "/b.pem" and s.key == str(tmp_path / "a.key")
+    assert s.tls.certificate == "/b.pem" and s.tls.key == str(tmp_path / "a.key")
     assert s.options == {"ttl": 9, "disable_forwarding": True}
     assert [(m.name, m.backend, m.path) for m in s.masters] == [("m", "sqlite", "/tmp/m.db")]
     no_listen = settings_from(build_parser().parse_args(["node", "--no-listen"]))

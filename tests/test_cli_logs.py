@@ -15,7 +15,6 @@ from zeek_recordings import recording
 
 import broker_spark as broker
 from broker_spark.cli.log_dir import LogDirectory, next_rotation, rotated_name
-from broker_spark.spark.endpoint_access import publish_encoded
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,7 +49,7 @@ def zeek() -> Iterator[broker.Endpoint]:
 
 def _send_when_subscribed(zeek: broker.Endpoint, name: str) -> None:
     wait_for(lambda: any(str(t).startswith("zeek/logs") for t in zeek.peer_subscriptions()), 30)
-    publish_encoded(zeek, recording(name).data)
+    zeek.publish_encoded(recording(name).data)
 
 
 def test_one_log_prints_exactly_zeeks_lines(spawn, zeek) -> None:

@@ -121,7 +121,7 @@ def new_york() -> Iterator[None]:
 def test_a_naive_datetime_is_local_time(new_york: None) -> None:
     from broker_spark.data import binary
     from broker_spark.data.json_codec import dumps_value
-    from broker_spark.data.records import pack_value, unpack_value
+    from broker_spark.data.msgpack_records import pack_value, unpack_value
 
     naive = dt.datetime(2024, 1, 1, 12)  # noon in New York is 17:00 UTC
     utc = dt.datetime(2024, 1, 1, 17, tzinfo=dt.timezone.utc)

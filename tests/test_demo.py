@@ -23,6 +23,8 @@ import spark_fixtures
 from spark_fixtures import wait_for
 
 from broker_spark import demo
+from broker_spark.columnar.record_batches import RecordConverter
+from broker_spark.config import TLSSettings
 from broker_spark.data import Count, Port
 from broker_spark.data.binary import encode
 from broker_spark.demo.events import (
@@ -35,7 +37,6 @@ from broker_spark.demo.events import (
 )
 from broker_spark.demo.table import SummaryRow, WindowTotals, human_bytes
 from broker_spark.spark.java import JavaMissingError
-from broker_spark.spark.schema import RecordConverter
 from broker_spark.zeek import Event
 
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
@@ -227,11 +228,16 @@ def test_flags_and_defaults() -> None:
         ["--seconds", "3", "--peer", "zeek:9999", "--listen", "0.0.0.0:9998", "--plain"]
     )
     options = demo.DemoOptions.from_args(full)
-    assert (options.peer, options.listen, options.plain) == ("zeek:9999", "0.0.0.0:9998", True)
+    assert (options.peer, options.listen, options.tls.disable_ssl) == (
+        "zeek:9999",
+        "0.0.0.0:9998",
+        True,
+    )
     # The TLS spellings of the other subcommands work too.
     aliases = parser.parse_args(["--cert", "c.pem", "--key", "k.pem", "--ca", "ca.pem", "--no-tls"])
     options = demo.DemoOptions.from_args(aliases)
-    assert (options.certificate, options.key, options.cafile, options.plain) == (
+    tls = options.tls
+    assert (tls.certificate, tls.key, tls.cafile, tls.disable_ssl) == (
         "c.pem",
         "k.pem",
         "ca.pem",
@@ -266,10 +272,10 @@ def test_missing_java_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: Any) 
     [
         ({"listen": "nowhere"}, "--listen='nowhere': expected host:port"),
         ({"peer": "zeek:0"}, "--peer='zeek:0': port 0 is out of range"),
-        ({"plain": True, "cafile": "ca.pem"}, "--plain contradicts"),
-        ({"cafile": "/no/such/ca.pem"}, "--cafile /no/such/ca.pem: no such file"),
+        ({"tls": TLSSettings(disable_ssl=True, cafile="ca.pem")}, "--plain contradicts"),
+        ({"tls": TLSSettings(cafile="/no/such/ca.pem")}, "--cafile /no/such/ca.pem: no such file"),
         ({"seconds": 0.0}, "must be positive"),
-        ({"certificate": __file__}, "--certificate="),
+        ({"tls": TLSSettings(certificate=__file__)}, "--certificate="),
     ],
 )
 def test_bad_flags_fail_before_anything_starts(flags: dict[str, Any], message: str) -> None:
@@ -284,7 +290,9 @@ def test_bad_flags_fail_before_anything_starts(flags: dict[str, Any], message: s
 @pytest.mark.spark
 def test_a_short_demo_run(spark: Any) -> None:
     lines: list[str] = []
-    options = demo.DemoOptions(seconds=5.0, rate=500.0, plain=True, trigger_seconds=1.0)
+    options = demo.DemoOptions(
+        seconds=5.0, rate=500.0, tls=TLSSettings(disable_ssl=True), trigger_seconds=1.0
+    )
     result = demo.run(options, spark=spark, out=lines.append)
     text = "\n".join(lines)
     assert result.ok, f"{result.problems}\n{text}"
@@ -319,7 +327,11 @@ def test_sigint_stops_the_demo_politely(spark: Any) -> None:
 
     previous = signal.getsignal(signal.SIGINT)
     started = time.monotonic()
-    result = demo.run(demo.DemoOptions(seconds=60.0, rate=100.0, plain=True), spark=spark, out=out)
+    result = demo.run(
+        demo.DemoOptions(seconds=60.0, rate=100.0, tls=TLSSettings(disable_ssl=True)),
+        spark=spark,
+        out=out,
+    )
     assert result.interrupted
     assert time.monotonic() - started < 50  # did not publish for the minute
     assert result.published is not None and result.publish_seconds < 5

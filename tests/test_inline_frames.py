@@ -8,8 +8,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from broker_spark.spark.inline_frames import CompressedFrames
-from broker_spark.spark.spool import Spool
+from broker_spark.spool.inline_frames import CompressedFrames
+from broker_spark.spool.spool import Spool
 
 pytestmark = pytest.mark.timeout(60)
 

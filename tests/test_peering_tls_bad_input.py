@@ -16,7 +16,8 @@ from test_peering_support import drained_to_eof, error_of, raw, serving
 
 import broker_spark as broker
 from broker_spark import EC
-from broker_spark.core.tls import TLSSettings, make_contexts
+from broker_spark.config import TLSSettings
+from broker_spark.core.tls import make_contexts
 from broker_spark.protocol.framing import FrameDecoder
 from broker_spark.protocol.messages import DropConn, decode_handshake
 

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from broker_spark.spark.private_spool import (
+from broker_spark.spool.private import (
     PREFIX,
     make_private_spool,
     release_private_spool,
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(60)
 CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from broker_spark.spark.private_spool import make_private_spool
+    from broker_spark.spool.private import make_private_spool
     path = make_private_spool(sys.argv[1])
     with open(os.path.join(path, "00000000000000000000.log"), "wb") as f:
         f.write(b"who talked to whom" * 1000)
@@ -109,7 +109,7 @@ def test_sigterm_chains_to_a_handler_the_program_set(tmp_path) -> None:
             print("program handler", flush=True)
             sys.exit(7)
         signal.signal(signal.SIGTERM, mine)
-        from broker_spark.spark.private_spool import make_private_spool
+        from broker_spark.spool.private import make_private_spool
         print(make_private_spool(sys.argv[1]), flush=True)
         time.sleep(60)
         """
@@ -128,7 +128,7 @@ def test_sigterm_chains_to_a_handler_the_program_set(tmp_path) -> None:
 STALLING_CHILD = textwrap.dedent(
     """
     import os, shutil, sys, time
-    from broker_spark.spark import private_spool
+    from broker_spark.spool import private as private_spool
     path = private_spool.make_private_spool(sys.argv[1])
     with open(os.path.join(path, "00000000000000000000.log"), "wb") as f:
         f.write(b"who talked to whom" * 1000)
@@ -190,7 +190,7 @@ def test_sigterm_during_a_removal_finishes_it(tmp_path, stall_in, how) -> None:
 HOLDING_CHILD = textwrap.dedent(
     """
     import sys, time
-    from broker_spark.spark import private_spool
+    from broker_spark.spool import private as private_spool
     path = private_spool.make_private_spool(sys.argv[1])
     with private_spool._lock:  # as in the middle of making or releasing a spool
         print("holding", flush=True)

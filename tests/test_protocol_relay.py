@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_spark.protocol.framing import encode_frame
-from broker_spark.protocol.relay import (
+from broker_spark.spool.relay_protocol import (
     FRAME_TARGET,
     HEARTBEAT_INTERVAL,
     Kind,

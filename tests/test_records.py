@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_spark.data import records
-from broker_spark.data.records import (
+from broker_spark.data import msgpack_records as records
+from broker_spark.data.msgpack_records import (
     MAX_NESTING,
     Record,
     pack_record,
@@ -409,7 +409,9 @@ def test_mangled_record_streams_only_raise_decode_error(
 
 
 def test_the_facade_re_exports_the_split_modules() -> None:
-    from broker_spark.data import records_ext, records_pack, records_unpack
+    from broker_spark.data import msgpack_ext as records_ext
+    from broker_spark.data import msgpack_pack as records_pack
+    from broker_spark.data import msgpack_unpack as records_unpack
 
     assert records.pack_value is records_pack.pack_value
     assert records.unpack_value is records_unpack.unpack_value

@@ -17,7 +17,8 @@ import random
 import pytest
 
 from broker_spark.protocol.routing import EndpointDiscovered, EndpointUnreachable
-from broker_spark.protocol.simnet import (
+from broker_spark.protocol.v2_messages import PathRevocation
+from tests.simnet import (
     SimNet,
     bfs_distances,
     chain,
@@ -26,7 +27,6 @@ from broker_spark.protocol.simnet import (
     ring,
     star,
 )
-from broker_spark.protocol.v2_messages import PathRevocation
 
 TOPOLOGIES = {
     "chain10": chain(10),

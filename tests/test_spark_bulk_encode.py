@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_spark import zeek
+from broker_spark.columnar.column_encode import encode_rows_bulk
 from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
-from broker_spark.spark.column_encode import encode_rows_bulk
 from broker_spark.spark.options import parse_writer_options
 from broker_spark.spark.row_messages import RowEncoder
 

@@ -18,7 +18,7 @@ import pytest
 import spark_fixtures
 
 import broker_spark as broker
-from broker_spark.spark.delivery import DeliveryError
+from broker_spark.errors import DeliveryError
 from broker_spark.spark.options import parse_writer_options
 from broker_spark.spark.row_messages import RowEncoder
 from broker_spark.spark.writers import publish_batches
@@ -146,7 +146,6 @@ def test_a_task_waits_for_a_subscription_to_its_topics_not_just_any() -> None:
     """Over version 2 the subscriptions of endpoints behind a peer can arrive before the
     peer's own; a task that published as soon as it knew *a* subscription would route its
     messages nowhere. It waits until one matches the topics it is about to publish."""
-    from broker_spark.spark.delivery import own_routes_known, peer_links
     from broker_spark.spark.writers import _await_peer_filters
 
     def plain() -> broker.Endpoint:
@@ -159,7 +158,7 @@ def test_a_task_waits_for_a_subscription_to_its_topics_not_just_any() -> None:
         others = node.make_subscriber("/other")
         port = node.listen("127.0.0.1", 0)
         assert task.peer("127.0.0.1", port, 0)
-        assert own_routes_known(task, peer_links(task))
+        assert task.routes_known(task.links())
         subscribing = threading.Event()
 
         def subscribe_later() -> None:
@@ -170,11 +169,11 @@ def test_a_task_waits_for_a_subscription_to_its_topics_not_just_any() -> None:
         wanted: list = []
         later = threading.Thread(target=subscribe_later)
         later.start()
-        assert _await_peer_filters(task, 20.0, ["/out/x"], peer_links(task))
+        assert _await_peer_filters(task, 20.0, ["/out/x"], task.links())
         assert subscribing.is_set()  # not before the matching subscription was made
         later.join()
         # With nothing matching, it gives up after the timeout and says so.
-        assert not _await_peer_filters(task, 0.2, ["/nobody/x"], peer_links(task))
+        assert not _await_peer_filters(task, 0.2, ["/nobody/x"], task.links())
         others.reset()
     finally:
         task.shutdown()

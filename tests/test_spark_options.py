@@ -60,7 +60,7 @@ def test_reader_defaults() -> None:
     assert opts.topics == ("/zeek/",)
     assert opts.connection.peers == (HostPort("zeek.example", 9999),)
     assert opts.connection.listen is None and opts.connection.websocket is None
-    assert not opts.connection.ssl.disable and not opts.connection.ssl.authenticated
+    assert not opts.connection.ssl.disable_ssl and not opts.connection.ssl.authenticated
     assert opts.store is None
     assert opts.starting_offsets == "latest"
     assert opts.max_records_per_trigger is None

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from broker_spark.columnar.record_batches import RecordConverter
 from broker_spark.core.message import DATA
-from broker_spark.data.records import Record, pack_records
+from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.errors import DecodeError, EncodeError
-from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.partitions import INLINE_CODEC, SpoolPartition
-from broker_spark.spark.schema import RecordConverter
-from broker_spark.spark.spool import Spool
+from broker_spark.spool.spool import Spool
+from broker_spark.subscriber import RawSubscriber
 
 T0 = 1_700_000_000_000_000_000
 
@@ -80,16 +80,9 @@ class _Queue:
         return self.batches.pop(0) if self.batches else []
 
 
-class _Subscriber:
-    def __init__(self, queue: _Queue) -> None:
-        self._queue = queue
-
-
-def _subscription(batches: list[list[Any]]) -> RawSubscription:
-    sub = RawSubscription.__new__(RawSubscription)
-    sub._subscriber = _Subscriber(_Queue(batches))  # type: ignore[assignment]
-    sub._senders = {}
-    return sub
+def _subscription(batches: list[list[Any]]) -> RawSubscriber:
+    """A raw subscriber over a queue that hands out ``batches`` (a fake: no core)."""
+    return RawSubscriber(None, _Queue(batches))  # type: ignore[arg-type]
 
 
 def test_take_stamped_gives_spool_records_with_one_time() -> None:

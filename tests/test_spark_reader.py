@@ -16,6 +16,7 @@ from spark_fixtures import free_port, wait_for
 
 import broker_spark as broker
 from broker_spark import zeek
+from broker_spark.columnar.record_batches import default_schema
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
 from broker_spark.spark.driver_side import BrokerDataLossError
@@ -23,7 +24,6 @@ from broker_spark.spark.local_executors import MARKER_NAME
 from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.partitions import SpoolPartition
-from broker_spark.spark.schema import default_schema
 from broker_spark.spark.stream_reader import BrokerStreamReader
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules

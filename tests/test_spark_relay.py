@@ -21,14 +21,14 @@ from test_cli_support import Command
 import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.cli.spool_node import RelayNode, SpoolSettings, size_value
+from broker_spark.columnar.record_batches import default_schema
 from broker_spark.spark.compat import ReadAllAvailable
 from broker_spark.spark.driver_side import BrokerDataLossError
 from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.relay.client import SpoolClient
-from broker_spark.spark.schema import default_schema
-from broker_spark.spark.segment import DataLossError
-from broker_spark.spark.spool import Spool
 from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spool.relay_client import SpoolClient
+from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.spool import Spool
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,10 +15,15 @@ from hypothesis import strategies as st
 
 import broker_spark as broker
 from broker_spark import zeek
+from broker_spark.columnar.record_batches import (
+    RecordConversionError,
+    SchemaMappingError,
+    default_schema,
+)
 from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import dumps_value
-from broker_spark.data.records import pack_records
+from broker_spark.data.msgpack_records import pack_records
 from broker_spark.data.types import Timespan
 from broker_spark.spark.compat import ReadAllAvailable
 from broker_spark.spark.java import JavaMissingError, require_java
@@ -28,7 +33,6 @@ from broker_spark.spark.options import (
     parse_writer_options,
 )
 from broker_spark.spark.row_messages import RowEncoder
-from broker_spark.spark.schema import RecordConversionError, SchemaMappingError, default_schema
 from broker_spark.spark.store_tables import STORE_SCHEMA, StoreEventConverter, _column_values
 from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.writers import BadRowError, publish_batches

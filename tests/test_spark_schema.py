@@ -12,24 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_spark import zeek
-from broker_spark.data.binary import decode, encode
-from broker_spark.data.json_codec import dumps_value
-from broker_spark.data.records import Record, pack_records
-from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
-from broker_spark.errors import DecodeError
-from broker_spark.spark.binary_json import binary_to_json, event_to_json
-from broker_spark.spark.schema import (
-    DEFAULT_DDL,
+from broker_spark.columnar.binary_json import binary_to_json, event_to_json
+from broker_spark.columnar.record_batches import (
     DEFAULT_SCHEMA,
-    ZEEK_DDL,
     ZEEK_SCHEMA,
     RecordConversionError,
     RecordConverter,
     SchemaMappingError,
-    default_ddl,
     default_schema,
     records_to_arrow,
 )
+from broker_spark.data.binary import decode, encode
+from broker_spark.data.json_codec import dumps_value
+from broker_spark.data.msgpack_records import Record, pack_records
+from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
+from broker_spark.errors import DecodeError
+from broker_spark.spark.schema import DEFAULT_DDL, ZEEK_DDL, default_ddl
 from tests.strategies import broker_values
 
 T0 = 1_700_000_000_123_456_789

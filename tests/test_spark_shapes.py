@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_spark import zeek
+from broker_spark.columnar import record_batches as schema_module
+from broker_spark.columnar.binary_json import binary_to_json, event_to_json
+from broker_spark.columnar.record_batches import RecordConversionError, RecordConverter
+from broker_spark.columnar.shape_json import MAX_SHAPES, MIN_GROUP, build_shape, json_columns
 from broker_spark.data.binary import encode
-from broker_spark.data.records import Record, pack_records
+from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 from broker_spark.errors import BrokerError
-from broker_spark.spark import schema as schema_module
-from broker_spark.spark.binary_json import binary_to_json, event_to_json
-from broker_spark.spark.schema import RecordConversionError, RecordConverter
-from broker_spark.spark.shape_json import MAX_SHAPES, MIN_GROUP, build_shape, json_columns
 from tests.strategies import broker_values
 
 TS = Timestamp.from_ns(1_600_000_000_987_654_321)

@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_spark import zeek
+from broker_spark.columnar.record_batches import RecordConverter, unpack_columns
+from broker_spark.columnar.strided import strided_records
 from broker_spark.data.binary import encode
-from broker_spark.data.records import Record, pack_records
+from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.data.types import Count
 from broker_spark.errors import DecodeError, EncodeError
-from broker_spark.spark import spool as spool_module
-from broker_spark.spark.schema import RecordConverter, _unpack_columns
-from broker_spark.spark.segment import Segment
-from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
-from broker_spark.spark.strided import strided_records
+from broker_spark.spool import spool as spool_module
+from broker_spark.spool.segment import Segment
+from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL, Spool
 from tests.strategies import broker_values
 from tests.test_spark_shapes import variants
 
@@ -40,7 +40,7 @@ def stream(payloads: list[bytes], first: int = 1_000_000, topics: list[str] | No
 
 def unpacked(conv: RecordConverter, packed: bytes, count: int) -> pa.RecordBatch:
     """The unpacking path's batch, the reference."""
-    return conv._convert_columns(*_unpack_columns(packed, count))
+    return conv._convert_columns(*unpack_columns(packed, count))
 
 
 def same_both_ways(packed: bytes, count: int, **kw: Any) -> pa.RecordBatch:

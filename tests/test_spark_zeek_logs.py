@@ -16,7 +16,6 @@ from zeek_recordings import recording
 
 from broker_spark.data.binary import encode
 from broker_spark.errors import SC
-from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.zeek_schema import read_zeek_json, zeek_log_schema
 from broker_spark.zeek import LogCreate, LogField, LogSchema, standard_schema
 
@@ -116,7 +115,7 @@ def test_load_learns_the_columns_a_peered_zeek_declares(spark, hub) -> None:  # 
             for item in statuses.get(8, 0.1) or []:
                 if getattr(item, "code", lambda: None)() == SC.PeerAdded:
                     wait_for(lambda: hub.peer_subscriptions(), 10)
-                    publish_encoded(hub, [("zeek/logs/Conn::LOG", encode(LogCreate.of(site)))])
+                    hub.publish_encoded([("zeek/logs/Conn::LOG", encode(LogCreate.of(site)))])
 
     thread = threading.Thread(target=act_like_zeek, daemon=True)
     thread.start()

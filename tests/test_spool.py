@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_spark.data.records import Record, pack_records, unpack_records
+from broker_spark.data.msgpack_records import Record, pack_records, unpack_records
 from broker_spark.errors import BrokerError, EncodeError
-from broker_spark.spark.spool import (
+from broker_spark.spool.spool import (
     DataLossError,
     OffsetRangeError,
     Spool,

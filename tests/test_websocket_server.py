@@ -21,8 +21,9 @@ from websockets.sync.client import ClientConnection, connect
 import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.certs import make_ca, make_node_cert, write_pem
+from broker_spark.config import TLSSettings
 from broker_spark.core import memory_link
-from broker_spark.core.tls import TLSSettings, make_contexts
+from broker_spark.core.tls import make_contexts
 from broker_spark.data.json_codec import decode_client_message, encode_data_message
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 from broker_spark.errors import SC

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from zeek_recordings import recording
 
+from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
-from broker_spark.spark.schema import RecordConversionError
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import (
@@ -24,7 +24,7 @@ from broker_spark.spark.zeek_schema import (
     generic_log_schema,
     zeek_log_schema,
 )
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory, describe_change
+from broker_spark.spool.schema_history import LogSchemaHistory, describe_change
 from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite, standard_schema
 
 pytestmark = pytest.mark.timeout(60)
@@ -237,7 +237,7 @@ def test_the_history_keeps_schemas_by_offset_and_warns_of_changes(tmp_path, capl
 
 
 def test_a_record_stream_is_read_in_place_as_unpacked() -> None:
-    from broker_spark.data.records import pack_records
+    from broker_spark.data.msgpack_records import pack_records
     from broker_spark.spark.zeek_logs import record_spans
 
     rec = recording("zeek-logs-dns-edns-ecs")

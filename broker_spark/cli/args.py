@@ -68,6 +68,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: The TLS flags (:func:`add_tls_arguments`) by the TLSSettings field each sets.
+TLS_FLAGS = {
+    "cert": "certificate",
+    "key": "key",
+    "ca": "cafile",
+    "capath": "capath",
+    "passphrase": "passphrase",
+}
+
+
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     """Broker's TLS options: anonymous TLS by default, mutual TLS with certificates."""
     group = parser.add_argument_group(
@@ -130,14 +140,13 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
 
 def client_configuration(args: argparse.Namespace) -> Any:
     """The Configuration of a short-lived client endpoint (a leaf: it never forwards)."""
-    from broker_spark.config import BrokerOptions, Configuration
+    from broker_spark.config import BrokerOptions, TLSSettings
 
-    config = Configuration(BrokerOptions(disable_ssl=bool(args.no_tls), disable_forwarding=True))
-    config.openssl_certificate = args.cert or ""
-    config.openssl_key = args.key or ""
-    config.openssl_cafile = args.ca or ""
-    config.openssl_capath = args.capath or ""
-    config.openssl_passphrase = args.passphrase or ""
+    tls = TLSSettings(
+        disable_ssl=bool(args.no_tls),
+        **{name: getattr(args, flag) or "" for flag, name in TLS_FLAGS.items()},
+    )
+    config = tls.configuration(BrokerOptions(disable_forwarding=True))
     check_tls(config)
     return config
 
@@ -146,7 +155,8 @@ def check_tls(config: Any) -> None:
     """Load the certificates now, so a wrong path or passphrase is a usage error up front."""
     if config.options.disable_ssl or not config.authenticated:
         return
-    from broker_spark.core.tls import TLSConfigError, TLSSettings, make_contexts
+    from broker_spark.config import TLSSettings
+    from broker_spark.core.tls import TLSConfigError, make_contexts
 
     try:
         make_contexts(TLSSettings.of(config, disable_ssl=False))

@@ -136,7 +136,6 @@ class LogSink:
     def __init__(
         self, endpoint: Any, directory: LogDirectory, topics: Iterable[str], source: Any = None
     ) -> None:
-        from broker_spark.spark.endpoint_access import RawSubscription
         from broker_spark.zeek.log_lines import LogLines
 
         self.directory = directory
@@ -145,7 +144,9 @@ class LogSink:
         # the endpoint's log topics, or another source of log messages (the ZeroMQ logger's
         # PULL socket: anything with take(n, timeout) and close())
         self._subscription = (
-            source if source is not None else RawSubscription(endpoint, tuple(topics), 8192)
+            source
+            if source is not None
+            else endpoint.make_raw_subscriber(tuple(topics), qsize=8192)
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-spark-log-dir", daemon=True)

@@ -105,7 +105,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from broker_spark.cli.signals import stop_on_signals
     from broker_spark.endpoint import Endpoint
-    from broker_spark.spark.endpoint_access import RawSubscription
     from broker_spark.topic import as_topic_str
     from broker_spark.zeek.log_lines import LogLines
 
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         endpoint = Endpoint(client_configuration(args))
         try:
-            subscription = RawSubscription(endpoint, topics, 8192)
+            subscription = endpoint.make_raw_subscriber(topics, qsize=8192)
             _connect(endpoint, args)
             with stop_on_signals() as stop:
                 printed = _print(args, subscription, decoder, len(paths) == 1, stop)

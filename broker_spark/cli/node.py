@@ -18,7 +18,13 @@ import logging
 import threading
 from typing import Any
 
-from broker_spark.cli.args import add_tls_arguments, check_tls, host_port, positive_float
+from broker_spark.cli.args import (
+    TLS_FLAGS,
+    add_tls_arguments,
+    check_tls,
+    host_port,
+    positive_float,
+)
 from broker_spark.cli.errors import CliError, UsageError
 from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
 
@@ -175,19 +181,16 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("spool_retention", "spool_retention_bytes"),
         ("spool_max_age", "spool_retention_seconds"),
         ("zeromq_logs", "zeromq_logs"),
-        ("cert", "certificate"),
-        ("key", "key"),
-        ("ca", "cafile"),
-        ("capath", "capath"),
-        ("passphrase", "passphrase"),
     ):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, name, value)
+    tls = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
+    s.tls = s.tls.replace(**{name: value for name, value in tls.items() if value is not None})
     if args.no_relay:
         s.relay = None
     if args.no_tls:
-        s.disable_ssl = True
+        s.tls = s.tls.replace(disable_ssl=True)
     if args.ttl is not None:
         s.options["ttl"] = args.ttl
     if args.no_forwarding:
@@ -314,7 +317,8 @@ def _relay_node(settings: NodeSettings) -> Any:
 
 def _relay_tls(config: Any) -> Any:
     """The relay's server TLS context: the node's own TLS settings (None: plain TCP)."""
-    from broker_spark.core.tls import TLSSettings, make_contexts
+    from broker_spark.config import TLSSettings
+    from broker_spark.core.tls import make_contexts
 
     contexts = make_contexts(TLSSettings.of(config))
     return contexts.server if contexts is not None else None

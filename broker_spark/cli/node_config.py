@@ -61,6 +61,7 @@ from typing import Any
 
 from broker_spark.cli.args import HostPort, parse_host_port
 from broker_spark.cli.errors import UsageError
+from broker_spark.config import TLS_FILES, TLSSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,12 +102,7 @@ class NodeSettings:
     retry: float = 10.0
     forward: list[str] = field(default_factory=list)
     websocket: HostPort | None = None
-    disable_ssl: bool = False
-    certificate: str = ""
-    key: str = ""
-    cafile: str = ""
-    capath: str = ""
-    passphrase: str = ""
+    tls: TLSSettings = field(default_factory=TLSSettings)
     options: dict[str, Any] = field(default_factory=dict)
     masters: list[StoreSpec] = field(default_factory=list)
     clones: list[str] = field(default_factory=list)
@@ -123,20 +119,14 @@ class NodeSettings:
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
-        from broker_spark.config import BrokerOptions, Configuration
+        from broker_spark.config import BrokerOptions
 
         try:
-            options = BrokerOptions(**self.options, disable_ssl=self.disable_ssl)
+            options = BrokerOptions(**self.options, disable_ssl=self.tls.disable_ssl)
             options.validate()
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[options]: {exc}") from None
-        config = Configuration(options)
-        config.openssl_certificate = self.certificate
-        config.openssl_key = self.key
-        config.openssl_cafile = self.cafile
-        config.openssl_capath = self.capath
-        config.openssl_passphrase = self.passphrase
-        return config
+        return self.tls.configuration(options)
 
 
 def _option_names() -> list[str]:
@@ -238,10 +228,11 @@ def load_node_config(path: str | Path) -> NodeSettings:
         doc.get("tls", {}),
         ["disable", "certificate", "key", "cafile", "capath", "passphrase"],
     )
-    s.disable_ssl = r.typed("[tls]", "disable", tls.get("disable", False), bool)
-    for name in ("certificate", "key", "cafile", "capath"):
-        setattr(s, name, r.path_value("[tls]", name, tls.get(name, "")))
-    s.passphrase = r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str)
+    s.tls = TLSSettings(
+        disable_ssl=r.typed("[tls]", "disable", tls.get("disable", False), bool),
+        passphrase=r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str),
+        **{name: r.path_value("[tls]", name, tls.get(name, "")) for name in TLS_FILES},
+    )
     s.options = dict(r.keys("[options]", doc.get("options", {}), _option_names()))
     s.masters = [_store(r, "[[master]]", t, master=True) for t in _tables(r, doc, "master")]
     s.clones = [_store(r, "[[clone]]", t, master=False).name for t in _tables(r, doc, "clone")]

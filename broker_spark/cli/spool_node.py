@@ -52,9 +52,9 @@ class RelayNode:
     """The spool, its subscription, its pump and its server, next to a node's endpoint."""
 
     def __init__(self, settings: SpoolSettings) -> None:
-        from broker_spark.spark.relay.service import SpoolService
-        from broker_spark.spark.spool import Spool, SpoolLockedError
-        from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+        from broker_spark.spool.schema_history import LogSchemaHistory
+        from broker_spark.spool.service import SpoolService
+        from broker_spark.spool.spool import Spool, SpoolLockedError
 
         if not settings.topics:
             raise UsageError("--spool needs topics to keep: --subscribe PREFIX (repeatable)")
@@ -86,7 +86,7 @@ class RelayNode:
 
     def start(self, tls: Any) -> int | None:
         """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""
-        from broker_spark.spark.relay.server import SpoolServer
+        from broker_spark.spool.relay_server import SpoolServer
 
         self.service.start()
         spool = self.service.spool

@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from broker_spark.spark.relay.attach import ReceiverError, stop_receiver
+    from broker_spark.spark.receiver_attach import ReceiverError, stop_receiver
 
     if not os.path.isdir(args.spool):
         raise CliError(f"{args.spool} is not a folder")
@@ -63,7 +63,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def spool_status(args: argparse.Namespace) -> dict[str, Any]:
     """The status of ``--spool`` or ``--relay`` as a dict."""
-    from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
+    from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 
     if args.relay is not None:
         host, port = args.relay
@@ -76,7 +76,7 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(str(exc)) from None
         status["owner"] = f"relay {host}:{port}"
         return status
-    from broker_spark.spark.relay.attach import read_info
+    from broker_spark.spark.receiver_attach import read_info
 
     path = os.path.abspath(args.spool)
     if not os.path.isdir(path):
@@ -96,8 +96,8 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _offline(path: str) -> dict[str, Any]:
-    from broker_spark.spark.relay.service import spool_id, spool_summary
-    from broker_spark.spark.spool import Spool, SpoolError
+    from broker_spark.spool.service import spool_id, spool_summary
+    from broker_spark.spool.spool import Spool, SpoolError
 
     try:
         with Spool(path, readonly=True) as spool:
@@ -110,7 +110,8 @@ def _offline(path: str) -> dict[str, Any]:
 
 def _client_tls(args: argparse.Namespace) -> Any:
     from broker_spark.cli.args import client_configuration
-    from broker_spark.core.tls import TLSSettings, make_contexts
+    from broker_spark.config import TLSSettings
+    from broker_spark.core.tls import make_contexts
 
     contexts = make_contexts(TLSSettings.of(client_configuration(args)))
     return contexts.client if contexts is not None else None

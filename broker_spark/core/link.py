@@ -9,6 +9,9 @@ neighbour enter the core through the link's :attr:`Link.source`, a bounded
 
 Subclasses implement :meth:`room`, :meth:`want_room`, :meth:`deliver`,
 :meth:`send_filter` and :meth:`close`; the core calls all of them on its loop.
+Each says what carries it in :attr:`Link.kind` and how its neighbour confirms
+what it took in :meth:`Link.acknowledge` (``Endpoint.flush``), so nobody above
+needs to tell link classes apart.
 
 The contract, for a network link:
 
@@ -26,11 +29,11 @@ The contract, for a network link:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from broker_spark.config import BrokerOptions
 from broker_spark.core.queues import Sink, Source
-from broker_spark.errors import SC
+from broker_spark.errors import SC, DeliveryError
 from broker_spark.status import EndpointInfo, NetworkInfo, PeerFlags
 
 __all__ = ["Link", "LinkCore"]
@@ -61,6 +64,11 @@ class Link(Sink):
     bridge that publishes what we publish, on any topic): the core then
     forwards no peer's message to it, and its prefixes are not asked of peers.
     """
+
+    #: What carries the link: ``"broker"`` (Broker's wire protocol over TCP/TLS),
+    #: ``"websocket"`` (a bridge to Zeek's WebSocket API), ``"zeromq"`` (a Zeek cluster's
+    #: proxy) or ``"memory"`` (an in-process peering).
+    kind: ClassVar[str] = "link"
 
     __slots__ = (
         "core",
@@ -117,6 +125,16 @@ class Link(Sink):
         :meth:`~broker_spark.core.actor.Core.remove_link`.
         """
         raise NotImplementedError
+
+    async def acknowledge(self, deadline: float) -> None:
+        """Return once the neighbour confirmed it took everything this link was handed.
+
+        Runs on the core's loop; ``deadline`` is in the loop's time. Raises
+        :class:`~broker_spark.errors.DeliveryError` naming the neighbour when the
+        link closes first or the deadline passes. A kind of link that cannot
+        confirm anything says so.
+        """
+        raise DeliveryError(f"a {self.kind} link ({self.peer_str}) cannot confirm delivery")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(peer={self.peer_str}, prefixes={list(self.prefixes)!r})"

@@ -22,7 +22,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from broker_spark.core.link import Link
-from broker_spark.errors import SC, ShutdownError
+from broker_spark.errors import SC, DeliveryError, ShutdownError
 from broker_spark.status import PeerFlags
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ __all__ = ["MemoryLink", "connect", "disconnect"]
 
 class MemoryLink(Link):
     """This core's half of an in-process peering; ``other`` is the peer's half."""
+
+    kind = "memory"
 
     __slots__ = ("other",)
 
@@ -58,6 +60,11 @@ class MemoryLink(Link):
             return
         with contextlib.suppress(ShutdownError):
             other.core.loop_thread.call_soon(other.core.on_link_filter, other, prefixes)
+
+    async def acknowledge(self, deadline: float) -> None:
+        """What :meth:`deliver` handed over is in the peer's inbound queue already."""
+        if self.closed:
+            raise DeliveryError(f"the in-process peering with {self.peer_str} ended before the ack")
 
     def close(self, reason: SC = SC.PeerLost) -> None:
         if self.closed:

@@ -32,12 +32,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.config import Configuration
+from broker_spark.config import Configuration, TLSSettings
 from broker_spark.core.connection import PeerConnection
 from broker_spark.core.fabric import Fabric
 from broker_spark.core.listener import Listener, classify_tls_failure
 from broker_spark.core.tcp_link import TcpLink
-from broker_spark.core.tls import TLSConfigError, TLSSettings, make_contexts
+from broker_spark.core.tls import TLSConfigError, make_contexts
 from broker_spark.errors import EC, SC, PeeringError, ShutdownError
 from broker_spark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from broker_spark.protocol.peering import (

@@ -17,13 +17,14 @@ rewrite a forwarding hop does; the core has already decremented the TTL.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.link import Link
-from broker_spark.errors import EC, SC, BrokerError, DecodeError
+from broker_spark.errors import EC, SC, BrokerError, DecodeError, DeliveryError
 from broker_spark.protocol.framing import encode_frame
 from broker_spark.protocol.messages import (
     BROADCAST,
@@ -58,6 +59,10 @@ HEAD_CACHE_SIZE = 4096
 
 #: Payload of our keep-alive pings: anything that is not a goodbye token.
 KEEPALIVE = b"ALIVE"
+
+#: Our acknowledgement pings (``acknowledge``): 11 bytes like a goodbye token, but not
+#: ``BYE``, so the peer only answers.
+ACK_PREFIX = b"ACK"
 
 
 def frame_prefix(size: int) -> bytes:
@@ -113,6 +118,8 @@ class LinkHost(Protocol):
 class TcpLink(Link):
     """One peered TCP/TLS connection, as the core sees it."""
 
+    kind = "broker"
+
     __slots__ = (
         "conn",
         "peering",
@@ -121,6 +128,7 @@ class TcpLink(Link):
         "sent_filter",
         "bye_received",
         "bye_token",
+        "_acks",
         "_heads",
         "_v2_heads",
         "_v2_version",
@@ -143,6 +151,7 @@ class TcpLink(Link):
         self.sent_filter: tuple[str, ...] = ()
         self.bye_received = False
         self.bye_token: bytes | None = None
+        self._acks: dict[bytes, asyncio.Future[None]] = {}  # our pings' tokens, awaiting pongs
         self._heads: dict[tuple[str, int, int], bytes] = {}
         self._v2_heads: dict[tuple[str, int, int, bytes], bytes | None] = {}
         self._v2_version = -1
@@ -227,11 +236,39 @@ class TcpLink(Link):
             self.sent_filter = prefixes
             self.send_body(encode_routing_update(self.own_id, self.peer_id, prefixes))
 
+    async def acknowledge(self, deadline: float) -> None:
+        """A ping behind everything sent so far; return once its pong arrives.
+
+        The peer reads in order and answers a ping only after reading every
+        earlier message, so the pong means it has taken them all (WIRE.md).
+        """
+        if self.closed:
+            raise DeliveryError(f"the peering with {self.peer_str} ended before the ack")
+        loop = asyncio.get_running_loop()
+        token = ACK_PREFIX + os.urandom(8)
+        waiter = self._acks[token] = loop.create_future()
+        self.send_body(encode_ping(self.own_id, self.peer_id, token))
+        try:
+            await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            raise DeliveryError(
+                f"the peer {self.peer_str} did not acknowledge the messages in time "
+                "(no pong to our ping)"
+            ) from None
+        finally:
+            self._acks.pop(token, None)
+
     def close(self, reason: SC = SC.PeerLost) -> None:
         if self.closed:
             return
         self.closed = True
         self.source.close()
+        for waiter in self._acks.values():
+            if not waiter.done():
+                waiter.set_exception(
+                    DeliveryError(f"the peering with {self.peer_str} ended before the ack")
+                )
+        self._acks.clear()
         peering = self.peering
         peering.link_closed(self, reason)
         conn = self.conn
@@ -419,10 +456,14 @@ class TcpLink(Link):
             if msg.payload_bytes.startswith(b"BYE") and len(msg.payload) == 11:
                 self.bye_received = True
                 self.peering.link_lost(self, SC.PeerRemoved)
-        elif (
-            kind == MSG_PONG and self.bye_token is not None and msg.payload_bytes == self.bye_token
-        ):
-            self.conn.close()
+        elif kind == MSG_PONG:
+            payload = msg.payload_bytes
+            if self.bye_token is not None and payload == self.bye_token:
+                self.conn.close()
+                return
+            waiter = self._acks.pop(payload, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     def receive_after_close(self, bodies: list[bytes]) -> None:
         """After our goodbye ping: close as soon as its pong arrives."""

@@ -16,8 +16,8 @@ import os
 import ssl
 import tempfile
 from dataclasses import dataclass
-from typing import Any
 
+from broker_spark.config import TLSSettings
 from broker_spark.errors import EC, BrokerError
 
 ANON_CIPHER = "AECDH-AES256-SHA@SECLEVEL=0"
@@ -30,36 +30,6 @@ class TLSConfigError(BrokerError):
     """The TLS options cannot be used (missing file, wrong passphrase, bad CA...)."""
 
     code = EC.CannotOpenFile
-
-
-@dataclass(frozen=True)
-class TLSSettings:
-    """The TLS-related options of a configuration."""
-
-    disable_ssl: bool = False
-    certificate: str = ""
-    key: str = ""
-    cafile: str = ""
-    capath: str = ""
-    passphrase: str = ""
-
-    @property
-    def authenticated(self) -> bool:
-        """True when any certificate option is set: mutual TLS is required."""
-        return any((self.certificate, self.key, self.cafile, self.capath, self.passphrase))
-
-    @classmethod
-    def of(cls, config: Any, disable_ssl: bool | None = None) -> TLSSettings:
-        """The TLS settings of an endpoint ``Configuration`` (``disable_ssl`` overrides its
-        own)."""
-        return cls(
-            disable_ssl=bool(config.options.disable_ssl if disable_ssl is None else disable_ssl),
-            certificate=config.openssl_certificate,
-            key=config.openssl_key,
-            cafile=config.openssl_cafile,
-            capath=config.openssl_capath,
-            passphrase=config.openssl_passphrase,
-        )
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def run(
         if not port:
             raise DemoError(f"cannot listen on {options.listen}")
         node_address = wiring.address(port)
-        tls = "plain TCP" if options.plain else "TLS"
+        tls = "plain TCP" if options.tls.disable_ssl else "TLS"
         say(
             f"node {node.node_id()[:8]} listening on {node_address} ({tls}); "
             f"master of store '{STORE_NAME}'"

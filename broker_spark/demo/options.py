@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_spark.config import TLSSettings
 from broker_spark.errors import BrokerError
 
 __all__ = [
@@ -33,6 +34,9 @@ STORE_NAME = "demo-summary"
 #: Seconds between two micro-batches.
 TRIGGER_SECONDS = 2.0
 
+#: The demo's certificate flags, named as the TLSSettings fields they set.
+_TLS_FLAGS = ("certificate", "key", "cafile")
+
 
 class DemoError(BrokerError):
     """Something the demo needs is missing or failed; the message says what, on one line."""
@@ -50,10 +54,7 @@ class DemoOptions:
     topic: str = "zeek/logs/"
     listen: str = "127.0.0.1:0"
     advertise: str | None = None
-    plain: bool = False
-    certificate: str = ""
-    key: str = ""
-    cafile: str = ""
+    tls: TLSSettings = field(default_factory=TLSSettings)  # --plain, --certificate, ...
     checkpoint: str | None = None
     trigger_seconds: float = TRIGGER_SECONDS
 
@@ -65,6 +66,10 @@ class DemoOptions:
         for name in cls.__dataclass_fields__:
             value = getattr(args, name, None)
             values[name] = getattr(defaults, name) if value is None else value
+        values["tls"] = TLSSettings(
+            disable_ssl=bool(getattr(args, "plain", False)),
+            **{name: getattr(args, name, None) or "" for name in _TLS_FLAGS},
+        )
         return cls(**values)
 
 
@@ -171,22 +176,21 @@ class Wiring:
         advertise = options.advertise or (
             socket.gethostname() if host in ("0.0.0.0", "::") else listen.host
         )
-        ssl: dict[str, str] = {}
-        if options.plain:
-            if options.certificate or options.key or options.cafile:
-                raise DemoError("--plain contradicts --certificate/--key/--cafile")
-            ssl["ssl.disable"] = "true"
-        for name in ("certificate", "key", "cafile"):
-            value = getattr(options, name)
+        tls = options.tls
+        if tls.disable_ssl and tls.authenticated:
+            raise DemoError("--plain contradicts --certificate/--key/--cafile")
+        for name in _TLS_FLAGS:
+            value = getattr(tls, name)
             if value:
                 if not Path(value).is_file():
                     raise DemoError(f"--{name} {value}: no such file")
-                ssl[f"ssl.{name}"] = str(Path(value).resolve())
+                tls = tls.replace(**{name: str(Path(value).resolve())})
+        ssl = tls.spark_options()
         try:  # the checks Spark's options get (mutual TLS needs all three files, ...)
             probe = parse_writer_options({"peer": "localhost:1", **ssl})
         except BrokerError as exc:
             text = str(exc).replace("option ", "", 1)
-            for name in ("certificate", "key", "cafile"):
+            for name in _TLS_FLAGS:
                 text = text.replace(f"ssl.{name}", f"--{name}")
             raise DemoError(text) from None
         return cls(host, listen.port, advertise, ssl, probe.connection.configuration())

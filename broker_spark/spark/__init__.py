@@ -24,7 +24,7 @@ _LAZY = {
     "zeek_log_schema": "broker_spark.spark.zeek_schema",
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
-    "stop_receiver": "broker_spark.spark.relay.attach",
+    "stop_receiver": "broker_spark.spark.receiver_attach",
 }
 
 __all__ = sorted(_LAZY)

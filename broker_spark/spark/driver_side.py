@@ -8,7 +8,7 @@ and nothing is appended before the spool agrees with Spark's checkpoint:
 
 1. open the spool (``spoolPath``, or a private temporary directory that is
    removed at :meth:`ReaderRuntime.close`, on SIGTERM and at exit: see
-   :mod:`~broker_spark.spark.private_spool`);
+   :mod:`~broker_spark.spool.private`);
 2. reconcile it with the highest offset Spark has handed us, if any (see
    :meth:`ReaderRuntime.reconcile`);
 3. open the endpoint, subscribing before any peering so peers learn our
@@ -25,12 +25,11 @@ from collections.abc import Callable, Sequence
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
-from broker_spark.spark.endpoint_access import RawSubscription
 from broker_spark.spark.options import ReaderOptions, SpoolOptions
-from broker_spark.spark.private_spool import make_private_spool, release_private_spool
-from broker_spark.spark.pump import SpoolPump, SpoolSource
-from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL, Spool
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.spool.private import make_private_spool, release_private_spool
+from broker_spark.spool.pump import SpoolPump, SpoolSource
+from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL, Spool
 
 __all__ = [
     "BrokerDataLossError",
@@ -153,8 +152,8 @@ class ReaderRuntime:
         spool = self.open_spool()
 
         def subscribe(endpoint: Endpoint) -> None:
-            self.subscription = RawSubscription(
-                endpoint, self.topics, self._settings.subscriber_queue_size
+            self.subscription = endpoint.make_raw_subscriber(
+                self.topics, qsize=self._settings.subscriber_queue_size
             )
 
         if self.options.connection.zeromq.logs is not None:  # Zeek's logger on ZeroMQ

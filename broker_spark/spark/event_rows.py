@@ -3,7 +3,7 @@
 Each row is one event ``NAME(arg, ...)`` of the signature, its arguments
 taken from the columns of the same names (case-insensitive, as Spark
 resolves names) and encoded as the Zeek types the signature declares
-(:mod:`~broker_spark.spark.typed_columns`), so the bytes are those a Zeek
+(:mod:`~broker_spark.columnar.typed_columns`), so the bytes are those a Zeek
 would send for the same values (checked against recordings of a real Zeek).
 The topic is the ``topic`` option or a ``topic`` column; a column named by
 ``networkTimestamp`` becomes the event's metadata ``[[1, time]]`` (Zeek's
@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from broker_spark.data.binary import encode
-from broker_spark.spark.column_encode import encode_rows_bulk, join_rows, vector_header
-from broker_spark.spark.options import BrokerOptionError, WriterOptions
-from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowTopics, field_index
-from broker_spark.spark.schema import SchemaMappingError
-from broker_spark.spark.typed_columns import (
+from broker_spark.columnar.column_encode import encode_rows_bulk, join_rows, vector_header
+from broker_spark.columnar.record_batches import SchemaMappingError
+from broker_spark.columnar.typed_columns import (
     bulk_column,
     check_column,
     encode_typed_column,
     metadata_column,
 )
+from broker_spark.data.binary import encode
+from broker_spark.spark.options import BrokerOptionError, WriterOptions
+from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowTopics, field_index
 from broker_spark.zeek.script_types import Basic, EventSignature
 
 __all__ = ["SignatureRowEncoder", "event_head"]

@@ -27,13 +27,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_spark.columnar.record_batches import SchemaMappingError
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Port
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import EncodeError
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.row_messages import BadRow, EncodedBatch
-from broker_spark.spark.schema import SchemaMappingError
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD
 from broker_spark.zeek.logs import DEFAULT_WRITER, LogCreate
 from broker_spark.zeek.record import encode_record

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from broker_spark.config import TLSSettings
 from broker_spark.spark.option_values import (
     DEFAULT_WEBSOCKET_PATH,
     BrokerOptionError,
@@ -71,7 +72,6 @@ __all__ = [
     "HostPort",
     "ReaderOptions",
     "SpoolOptions",
-    "SslOptions",
     "WebSocketTarget",
     "WriterOptions",
     "ZeroMQOptions",
@@ -149,32 +149,6 @@ _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 @dataclass(frozen=True)
-class SslOptions:
-    """TLS for native peerings, as Broker's ``openssl_*`` settings (any file set: mutual TLS)."""
-
-    disable: bool = False
-    certificate: str = ""
-    key: str = ""
-    cafile: str = ""
-    capath: str = ""
-    passphrase: str = field(default="", repr=False)
-
-    @property
-    def authenticated(self) -> bool:
-        return any((self.certificate, self.key, self.cafile, self.capath, self.passphrase))
-
-    def apply(self, config: Configuration) -> Configuration:
-        """Copy these settings into an endpoint :class:`Configuration` (returned for chaining)."""
-        config.options.disable_ssl = self.disable
-        config.openssl_certificate = self.certificate
-        config.openssl_key = self.key
-        config.openssl_cafile = self.cafile
-        config.openssl_capath = self.capath
-        config.openssl_passphrase = self.passphrase
-        return config
-
-
-@dataclass(frozen=True)
 class ConnectionOptions:
     """How an endpoint reaches the Broker world: accept peers, dial peers, a WebSocket API,
     or Zeek's ZeroMQ cluster backend."""
@@ -182,14 +156,12 @@ class ConnectionOptions:
     listen: HostPort | None = None
     peers: tuple[HostPort, ...] = ()
     websocket: WebSocketTarget | None = None
-    ssl: SslOptions = field(default_factory=SslOptions)
+    ssl: TLSSettings = field(default_factory=TLSSettings)
     zeromq: ZeroMQOptions = field(default_factory=ZeroMQOptions)
 
     def configuration(self) -> Configuration:
         """A fresh endpoint configuration with these TLS settings."""
-        from broker_spark.config import Configuration
-
-        return self.ssl.apply(Configuration())
+        return self.ssl.configuration()
 
 
 @dataclass(frozen=True)
@@ -354,7 +326,7 @@ def _split(raw: _Raw, name: str) -> list[str]:
 # --- the shared options -----------------------------------------------------------------
 
 
-def _ssl(raw: _Raw) -> SslOptions:
+def _ssl(raw: _Raw) -> TLSSettings:
     disable = raw.boolean("ssl.disable", False)
     files = {name: raw.nonempty(name) or "" for name in _SSL_FILES}
     given = [name for name in _SSL_FILES if files[name]]
@@ -382,7 +354,7 @@ def _ssl(raw: _Raw) -> SslOptions:
                 files["ssl.certificate"],
                 "needs ssl.cafile or ssl.capath to verify peers (mutual TLS)",
             )
-    return SslOptions(
+    return TLSSettings(
         disable,
         files["ssl.certificate"],
         files["ssl.key"],
@@ -399,7 +371,7 @@ def _connection(raw: _Raw) -> ConnectionOptions:
     websocket_text = raw.nonempty("websocket")
     websocket = parse_websocket(websocket_text) if websocket_text else None
     ssl = _ssl(raw)
-    if websocket is not None and websocket.secure and ssl.disable:
+    if websocket is not None and websocket.secure and ssl.disable_ssl:
         raise BrokerOptionError(
             "ssl.disable", "true", f"contradicts websocket={websocket_text!r} (use ws://)"
         )

@@ -10,7 +10,7 @@ partition carries per-batch data (REFERENCE.md section 3). Two ways:
   topics, senders, event names and log type tags repeat). Nothing but Spark's own task channel is
   needed, so it works when executors cannot see the driver's disk. The driver side
   compresses what arrives while the previous batch runs
-  (:mod:`~broker_spark.spark.inline_frames`), so planning mostly joins frames.
+  (:mod:`~broker_spark.spool.inline_frames`), so planning mostly joins frames.
 * ``spool``: the partition names ``[start, end)`` of a ``spoolPath`` that
   every executor can read (a shared file system), and the task reads it
   itself through a read-only view, so planning ships only offsets.
@@ -47,8 +47,8 @@ from pyspark.sql.datasource import InputPartition
 
 from broker_spark.errors import DecodeError
 from broker_spark.spark.local_executors import report_if_local
-from broker_spark.spark.segment import DataLossError
-from broker_spark.spark.spool import Spool
+from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.spool import Spool
 
 __all__ = ["INLINE_CODEC", "INLINE_LEVEL", "BatchConverter", "SpoolPartition", "read_partition"]
 
@@ -124,7 +124,7 @@ class SpoolPartition(InputPartition):
         self.size = size
         self.schemas: list | None = None
         self.local_token: str | None = None
-        self.relay: Any = None  # (HostPort, SslOptions): the task fetches the range there
+        self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
 
     @classmethod
     def relayed(
@@ -182,7 +182,7 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
     """The range from the shared spool (read-only view) or the relay, or what is still held
     of it if data was lost; and the number of records read."""
     if partition.relay is not None:
-        from broker_spark.spark.relay.runtimes import fetch_from_relay
+        from broker_spark.spark.runtimes import fetch_from_relay
 
         relay, ssl = partition.relay
 

@@ -17,7 +17,7 @@ Typed columns become Broker values through the Arrow mapping
 (:func:`broker_spark.data.arrow.from_arrow`: int64 -> integer, string ->
 string, timestamp -> timestamp, list -> vector, map -> table, struct ->
 vector, null -> none, ...), encoded a column at a time
-(:mod:`~broker_spark.spark.column_encode`) into exactly the bytes the values
+(:mod:`~broker_spark.columnar.column_encode`) into exactly the bytes the values
 would encode to. Each value is encoded once, here; the endpoint only moves
 the bytes.
 
@@ -34,19 +34,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker_spark.data.arrow import from_arrow
-from broker_spark.data.binary import encode
-from broker_spark.data.json_codec import loads_value
-from broker_spark.errors import BrokerError
-from broker_spark.spark.column_encode import (
+from broker_spark.columnar.column_encode import (
     encode_column,
     encode_rows_bulk,
     join_rows,
     vector_header,
 )
+from broker_spark.columnar.record_batches import SchemaMappingError
+from broker_spark.columnar.typed_columns import bulk_column, check_column, encode_typed_column
+from broker_spark.data.arrow import from_arrow
+from broker_spark.data.binary import encode
+from broker_spark.data.json_codec import loads_value
+from broker_spark.errors import BrokerError
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
-from broker_spark.spark.schema import SchemaMappingError
-from broker_spark.spark.typed_columns import bulk_column, check_column, encode_typed_column
 from broker_spark.zeek.script_types import ScriptType, parse_type
 
 __all__ = ["BadRow", "EncodedBatch", "RowEncoder", "RowTopics", "field_index", "require_text"]

@@ -49,6 +49,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from broker_spark.columnar.record_batches import RecordConversionError, SchemaMappingError
+from broker_spark.columnar.typed_columns import check_column
 from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import decode
 from broker_spark.data.json_codec import dumps_value, loads_value
@@ -60,9 +62,7 @@ from broker_spark.spark.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.driver_side import ReaderRuntime
 from broker_spark.spark.offsets import plan_partitions
 from broker_spark.spark.options import BrokerOptionError, ReaderOptions, WriterOptions
-from broker_spark.spark.schema import RecordConversionError, SchemaMappingError
 from broker_spark.spark.stream_reader import BrokerStreamReader
-from broker_spark.spark.typed_columns import check_column
 from broker_spark.zeek.script_types import ScriptType, parse_type
 from broker_spark.zeek.typed_values import convert
 

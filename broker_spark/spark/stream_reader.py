@@ -4,7 +4,7 @@ Where each method runs decides the design (REFERENCE.md section 3). The
 offset methods (``initialOffset``, ``latestOffset``, ``partitions``,
 ``commit``, ``prepareForTriggerAvailableNow``, ``stop``) run in one
 long-lived Python process on the driver per query run; the reader keeps a
-runtime there (:mod:`~broker_spark.spark.relay.runtimes`: spool, endpoint,
+runtime there (:mod:`~broker_spark.spark.runtimes`: spool, endpoint,
 pump), started by the first of them. ``read`` runs on executors on a pickled
 copy, which never has a runtime: it only converts the partition it is given.
 
@@ -55,6 +55,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from broker_spark.columnar.record_batches import RecordConverter
 from broker_spark.spark.compat import (
     ReadAllAvailable,
     ReadLimit,
@@ -62,7 +63,6 @@ from broker_spark.spark.compat import (
     SupportsTriggerAvailableNow,
 )
 from broker_spark.spark.driver_side import BrokerDataLossError
-from broker_spark.spark.inline_frames import CompressedFrames
 from broker_spark.spark.local_executors import LocalExecutors, jvm_token
 from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import ReaderOptions
@@ -74,10 +74,10 @@ from broker_spark.spark.partitions import (
     SpoolPartition,
     read_partition,
 )
-from broker_spark.spark.relay.runtimes import Runtime, reader_runtime
-from broker_spark.spark.schema import RecordConverter
-from broker_spark.spark.segment import DataLossError
-from broker_spark.spark.spool import DEFAULT_INDEX_INTERVAL
+from broker_spark.spark.runtimes import Runtime, reader_runtime
+from broker_spark.spool.inline_frames import CompressedFrames
+from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL
 
 __all__ = ["MIN_RECORDS_PER_SPLIT", "BrokerStreamReader"]
 

@@ -6,7 +6,7 @@ and calls ``write`` in executor tasks and ``commit`` on the driver
 schema; every task opens its own short-lived endpoint, deliberately, peers
 with ``peer`` (native) or bridges to ``websocket``, publishes its rows
 (encoded by :class:`~broker_spark.spark.row_messages.RowEncoder`), waits for
-the first peer to acknowledge them (:func:`~broker_spark.spark.delivery.acknowledged_flush`)
+the first peer to acknowledge them (:meth:`Endpoint.flush <broker_spark.endpoint.Endpoint.flush>`)
 and shuts the endpoint down. Only then does ``write`` return, so a task that
 fails is retried by Spark: at-least-once delivery, as Spark's Kafka sink.
 
@@ -20,7 +20,7 @@ With option ``signature`` the rows are events of that signature, typed
 Over ``websocket`` the task's bridge subscribes to nothing and sends every
 message it publishes, paced to the server's queue; the server's refusals
 (Zeek's ``failed to create Zeek event``) come back attributed to messages
-(:mod:`~broker_spark.spark.server_verdicts`) and are bad rows too, and the
+(:mod:`~broker_spark.websocket.verdicts`) and are bad rows too, and the
 task is done when the server answered that it processed everything.
 
 Bad rows (malformed ``data``, null topics, values that do not fit their Zeek
@@ -48,19 +48,12 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
-from broker_spark.errors import EC, BrokerError
+from broker_spark.errors import EC, BrokerError, DeliveryError
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
 from broker_spark.spark.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.delivery import (
-    DeliveryError,
-    acknowledged_flush,
-    own_routes_known,
-    peer_links,
-)
-from broker_spark.spark.endpoint_access import publish_encoded
 from broker_spark.spark.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.row_messages import BadRow, EncodedBatch, RowEncoder
-from broker_spark.spark.server_verdicts import (
+from broker_spark.websocket.verdicts import (
     Refusal,
     ServerRejectedError,
     ServerVerdicts,
@@ -136,7 +129,7 @@ def _await_peer_filters(
     while True:
         prefixes = tuple(str(p) for p in endpoint.peer_subscriptions())
         covered = bool(prefixes) and (not wanted or any(t.startswith(prefixes) for t in wanted))
-        if covered and own_routes_known(endpoint, links):
+        if covered and endpoint.routes_known(links):
             return True
         if time.monotonic() > deadline:
             if covered:
@@ -202,10 +195,10 @@ class _Publisher:
             first = set(topics)  # where the first messages go: a subscriber must be known
             options = {"group": 1} if self.exact_refusals else {}
             self.endpoint = open_endpoint(conn, settings=self.settings, websocket_options=options)
-            self.links = peer_links(self.endpoint)
-            bridges = [link for link in self.links if getattr(link, "pacer", None) is not None]
+            self.links = self.endpoint.links()
+            bridges = [x for x in self.links if x.kind == "websocket" and x.pacer is not None]
             if bridges:
-                self.verdicts = ServerVerdicts(self.endpoint._loop, bridges[0])
+                self.verdicts = ServerVerdicts(self.endpoint.run_in_loop, bridges[0])
             if conn.peers or conn.zeromq.proxy:
                 _await_peer_filters(self.endpoint, FILTER_WAIT, first, self.links)
         return self.endpoint
@@ -217,7 +210,7 @@ class _Publisher:
                 endpoint = self.open({m[0] for m in messages})
             if self.verdicts is not None:
                 self.verdicts.sent(messages, bad_records)
-            publish_encoded(endpoint, messages)
+            endpoint.publish_encoded(messages)
             for link in self.links:
                 if link.closed:
                     raise DeliveryError(
@@ -227,7 +220,7 @@ class _Publisher:
 
     def finish(self) -> None:
         if self.endpoint is not None:
-            acknowledged_flush(self.endpoint, ACK_TIMEOUT, self.links)
+            self.endpoint.flush(ACK_TIMEOUT, self.links)
 
     def close(self) -> None:
         endpoint, self.endpoint = self.endpoint, None

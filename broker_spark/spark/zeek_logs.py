@@ -33,9 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_spark.columnar.record_batches import RecordConversionError, unpack_columns
+from broker_spark.columnar.strided import _bin_header, _text_header
 from broker_spark.errors import DecodeError
-from broker_spark.spark.schema import RecordConversionError, _unpack_columns
-from broker_spark.spark.strided import _bin_header, _text_header
 from broker_spark.spark.zeek_schema import LogColumns
 from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
@@ -107,7 +107,7 @@ class LogConverter:
         spans = record_spans(packed, count)
         if spans is not None:
             return self._convert(packed, *spans)
-        topics, payloads, senders, received, offsets = _unpack_columns(packed, count)
+        topics, payloads, senders, received, offsets = unpack_columns(packed, count)
         return self.convert(topics, payloads, senders, received, offsets)
 
     def convert(

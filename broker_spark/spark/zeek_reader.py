@@ -3,7 +3,7 @@
 The reader is the message reader (:class:`~broker_spark.spark.stream_reader.BrokerStreamReader`:
 spool, offsets, partitions) with three differences:
 
-* its pump shows every message to a :class:`~broker_spark.spark.zeek_schema_log.LogSchemaHistory`,
+* its pump shows every message to a :class:`~broker_spark.spool.schema_history.LogSchemaHistory`,
   which keeps the LogCreates;
 * each partition carries the log schemas in force at its first offset;
 * executors turn records into rows with a :class:`~broker_spark.spark.zeek_logs.LogConverter`.
@@ -26,11 +26,11 @@ from pyspark.sql.types import StructType
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.parallelism import MIN_RECORDS_PER_SPLIT, split_batch
 from broker_spark.spark.partitions import SpoolPartition, read_partition
-from broker_spark.spark.relay.runtimes import Runtime, reader_runtime
+from broker_spark.spark.runtimes import Runtime, reader_runtime
 from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
 __all__ = ["SPOOL_INDEX_INTERVAL", "ZeekLogStreamReader", "known_log_schema", "offered_schema"]

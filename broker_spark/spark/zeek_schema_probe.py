@@ -19,7 +19,7 @@ import time
 from broker_spark.data.binary import decode
 from broker_spark.errors import BrokerError, DecodeError
 from broker_spark.spark.options import ReaderOptions
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek.log_scan import is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
@@ -55,7 +55,7 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
 
 def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
     """What the relay learned of the log's columns."""
-    from broker_spark.spark.relay.runtimes import RelayRuntime
+    from broker_spark.spark.runtimes import RelayRuntime
 
     runtime = RelayRuntime(options, logs=True)
     try:
@@ -71,15 +71,15 @@ def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
 
 def _probe(options: ReaderOptions, path: str) -> LogSchema | None:
     from broker_spark.spark.connect import open_endpoint
-    from broker_spark.spark.endpoint_access import RawSubscription
     from broker_spark.spark.options import ConnectionOptions
+    from broker_spark.subscriber import RawSubscriber
 
-    holder: list[RawSubscription] = []
+    holder: list[RawSubscriber] = []
     conn = options.connection
     probe_conn = ConnectionOptions(conn.listen, conn.peers, None, conn.ssl)
     endpoint = open_endpoint(
         probe_conn,
-        before_connect=lambda ep: holder.append(RawSubscription(ep, options.topics, 4096)),
+        before_connect=lambda ep: holder.append(ep.make_raw_subscriber(options.topics, qsize=4096)),
     )
     try:
         deadline = time.monotonic() + options.schema_wait

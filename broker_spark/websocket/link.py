@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from broker_spark.core.link import Link
 from broker_spark.core.message import DATA
 from broker_spark.core.queues import UNBOUNDED_ROOM
-from broker_spark.errors import EC, SC, BrokerError, ShutdownError
+from broker_spark.errors import EC, SC, BrokerError, DeliveryError, ShutdownError
 from broker_spark.status import Error, NetworkInfo, PeerFlags
 from broker_spark.websocket.messages import error_text, render_data_message
 from broker_spark.websocket.pacing import PROBE, EchoPacer
@@ -75,6 +75,8 @@ class WebSocketLink(Link):
     connection with ``close_code``/``close_reason``, sending ``farewell``
     first when there is one.
     """
+
+    kind = "websocket"
 
     __slots__ = (
         "ws",
@@ -244,6 +246,46 @@ class WebSocketLink(Link):
         if self.out:
             return False
         return self.pacer.idle if self.pacer is not None else self._writer_waiting
+
+    async def acknowledge(self, deadline: float) -> None:
+        """Paced (our bridge to a server): the echo of the last probe says the server
+        *processed* everything before it (:mod:`~broker_spark.websocket.pacing`). Unpaced:
+        once the writer sent everything, a WebSocket ping, whose pong comes after it."""
+        loop = asyncio.get_running_loop()
+        if self.pacer is not None:
+            await self._until(
+                self.settled,
+                deadline,
+                "the WebSocket server processed every message (the echo of the last probe)",
+            )
+            if self.closed:
+                raise DeliveryError(
+                    f"the connection to the WebSocket server {self.peer_str} was lost before it "
+                    "processed every message"
+                )
+            return
+        await self._until(
+            lambda: not self.out and self._writer_waiting,
+            deadline,
+            "the WebSocket bridge sent every message",
+        )
+        if self.closed:
+            raise DeliveryError(f"the WebSocket bridge to {self.peer_str} closed before the pong")
+        try:
+            waiter = await self.ws.ping()
+            await asyncio.wait_for(waiter, max(0.1, deadline - loop.time()))
+        except Exception as exc:
+            raise DeliveryError(f"the WebSocket API did not answer our ping: {exc}") from None
+
+    async def _until(self, done: Any, deadline: float, what: str) -> None:
+        """Poll ``done()`` (or the link's end) on the loop until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay = 0.0005
+        while not (self.closed or done()):
+            if loop.time() > deadline:
+                raise DeliveryError(f"timed out waiting until {what}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def _overflow(self) -> None:
         """Give up on a reader that fell ``send_capacity`` messages behind."""

@@ -27,7 +27,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker_spark.core.tls import TLSContexts, TLSSettings, make_contexts
+from broker_spark.config import TLSSettings
+from broker_spark.core.tls import TLSContexts, make_contexts
 from broker_spark.subscriber import topic_list
 from broker_spark.version import Version
 from broker_spark.websocket.client import WebSocketPeer, normalize_url

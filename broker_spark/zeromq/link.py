@@ -45,7 +45,7 @@ import zmq
 
 from broker_spark.core.link import Link
 from broker_spark.core.message import DATA
-from broker_spark.errors import EC, SC
+from broker_spark.errors import EC, SC, DeliveryError
 from broker_spark.status import Error, NetworkInfo, PeerFlags
 from broker_spark.zeromq.curve import CurveKeys
 
@@ -91,6 +91,8 @@ class ZeroMQLink(Link):
     proxy went (the joiner waits on it); ``terminated`` is set once the context is
     gone after :meth:`close` (everything queued sent, or ``linger_ms`` passed).
     """
+
+    kind = "zeromq"
 
     def __init__(
         self,
@@ -216,6 +218,34 @@ class ZeroMQLink(Link):
         come back on the XPUB tells the joiner the proxy forwards both ways."""
         self.xsub.send((b"\x01" if subscribe else b"\x00") + topic.encode("utf-8"))
         self._look_again()
+
+    async def acknowledge(self, deadline: float) -> None:
+        """ZeroMQ acknowledges nothing: the most it tells is that the XPUB handed every
+        message to its connection with the proxy. So: wait until the backlog went into the
+        socket, then leave (the link is closed, as the core forgets it) and wait until
+        ZeroMQ's context ends, which it does once the socket's queue is written, or once
+        ``linger_ms`` passed, which fails the acknowledgement."""
+        loop = asyncio.get_running_loop()
+        delay = 0.0005
+        while self.backlog and not self.closed:
+            if loop.time() > deadline:
+                raise DeliveryError("timed out waiting until the ZeroMQ link sent its backlog")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        if self.closed:
+            raise DeliveryError(f"the ZeroMQ link to {self.peer_str} closed before the ack")
+        started = loop.time()
+        self.core.remove_link(self, SC.PeerRemoved)
+        while not self.terminated.is_set():
+            if loop.time() > deadline:
+                raise DeliveryError(f"the ZeroMQ proxy {self.peer_str} did not take the messages")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        if loop.time() - started >= self.linger_ms / 1000:
+            raise DeliveryError(
+                f"the ZeroMQ proxy {self.peer_str} did not take the messages within "
+                f"{self.linger_ms} ms"
+            )
 
     def close(self, reason: SC = SC.PeerLost) -> None:
         if self.closed:

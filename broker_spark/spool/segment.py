@@ -1,7 +1,7 @@
 """One segment of the spool: a log file of records and the sparse index beside it.
 
 * ``<base offset, 20 digits>.log`` holds the record stream of
-  :mod:`broker_spark.data.records` (``[topic, payload, sender, received_at_ns,
+  :mod:`broker_spark.data.msgpack_records` (``[topic, payload, sender, received_at_ns,
   offset]`` packed back to back), offsets dense from the base.
 * ``<base offset>.index`` holds big-endian ``(offset, byte position)`` pairs
   at ``base + k * interval``, so a read seeks near its start and skips the
@@ -14,7 +14,7 @@ scans from its last index entry and truncates at the first incomplete or
 malformed record. A segment reads through ``pread``, with a descriptor opened
 for the call when it is sealed, so no file position is shared between threads
 and a sealed segment's files can be deleted between calls. Callers (the
-:class:`~broker_spark.spark.spool.Spool`) serialize calls with their lock.
+:class:`~broker_spark.spool.spool.Spool`) serialize calls with their lock.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from broker_spark.data.records import MAX_RECORD_SIZE
+from broker_spark.data.msgpack_records import MAX_RECORD_SIZE
 from broker_spark.errors import EC, BrokerError
 
 __all__ = ["DataLossError", "Segment", "SpoolCorruptError", "SpoolError", "fsync_dir"]

@@ -24,10 +24,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker_spark.spark.endpoint_access import RawSubscription
-from broker_spark.spark.pump import SpoolPump, SpoolSource
-from broker_spark.spark.spool import Spool
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.spool.pump import SpoolPump, SpoolSource
+from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.spool import Spool
 
 __all__ = ["RELAY_ID_FILE", "SpoolService", "spool_id", "spool_summary"]
 
@@ -108,7 +107,7 @@ class SpoolService:
     def subscribe(self, endpoint: Any) -> None:
         """Subscribe ``endpoint`` to the topics: before it peers with anyone."""
         self._endpoint = endpoint
-        self._subscription = RawSubscription(endpoint, self.topics, self._queue_size)
+        self._subscription = endpoint.make_raw_subscriber(self.topics, qsize=self._queue_size)
 
     def take_from(self, source: SpoolSource) -> None:
         """Append what another source gives (Zeek's ZeroMQ logger) instead of an endpoint's

@@ -32,8 +32,8 @@ from typing import Any
 
 from broker_spark.errors import BrokerError
 from broker_spark.spark.options import ReaderOptions
-from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
-from broker_spark.spark.relay.receiver import INFO_FILE, LOG_FILE, identity_of, socket_path
+from broker_spark.spark.receiver import INFO_FILE, LOG_FILE, identity_of, socket_path
+from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 
 try:
     import fcntl
@@ -48,6 +48,10 @@ START_LOCK = "receiver.start.lock"
 
 #: Seconds a new receiver may take to open its spool and endpoint and answer.
 START_TIMEOUT = 60.0
+
+#: How the receiver's process is started (``python -m``), then how earlier releases started
+#: it: a receiver an older broker-spark started may still run after an upgrade.
+RECEIVER_MODULES = ("broker_spark.spark.receiver", "broker_spark.spark.relay.receiver")
 
 
 class ReceiverError(BrokerError):
@@ -150,7 +154,7 @@ class ReceiverLink:
             "index_interval": self.index_interval,
             "retry": self.retry,
         }
-        command = [sys.executable, "-m", "broker_spark.spark.relay.receiver", self.path, "--detach"]
+        command = [sys.executable, "-m", RECEIVER_MODULES[0], self.path, "--detach"]
         with open(os.path.join(self.path, LOG_FILE), "ab") as errors:
             proc = subprocess.Popen(
                 command,
@@ -306,7 +310,7 @@ def _is_receiver(pid: int, path: str) -> bool:
             words = f.read().split(b"\0")
     except OSError:
         return False
-    return b"broker_spark.spark.relay.receiver" in words and os.fsencode(path) in words
+    return any(m.encode() in words for m in RECEIVER_MODULES) and os.fsencode(path) in words
 
 
 def _alive(pid: int) -> bool:

@@ -18,8 +18,8 @@ speed through msgpack's C extension over canonical bytes:
   have their own codes, so a decoded key is hashable whenever the encoded one
   was, and every value comes back with the type it went in with.
 
-Values are packed by :mod:`~broker_spark.data.records_pack` and unpacked by
-:mod:`~broker_spark.data.records_unpack` (both re-exported here). This module
+Values are packed by :mod:`~broker_spark.data.msgpack_pack` and unpacked by
+:mod:`~broker_spark.data.msgpack_unpack` (both re-exported here). This module
 frames messages as we spool them: a record is ``[topic, payload, sender,
 received_at_ns, offset]``, where ``payload`` is the message's Broker binary
 encoding, kept as bytes so it is never re-encoded. A record stream is simply
@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from broker_spark.data.records_ext import (
+from broker_spark.data.msgpack_ext import (
     EXT_ADDRESS,
     EXT_COUNT,
     EXT_ENUM,
@@ -53,8 +53,8 @@ from broker_spark.data.records_ext import (
     MAX_NESTING,
     new_tuple,
 )
-from broker_spark.data.records_pack import pack_value
-from broker_spark.data.records_unpack import unpack_value
+from broker_spark.data.msgpack_pack import pack_value
+from broker_spark.data.msgpack_unpack import unpack_value
 from broker_spark.errors import DecodeError, EncodeError
 
 MAX_RECORD_SIZE = 256 * 1024 * 1024

@@ -1,6 +1,6 @@
 """Record streams whose records all have one layout: columns by slicing, not by unpacking.
 
-A partition's record stream (:mod:`broker_spark.data.records`) is msgpack
+A partition's record stream (:mod:`broker_spark.data.msgpack_records`) is msgpack
 ``[topic, payload, sender, received_at_ns, offset]`` records back to back.
 Unpacking it makes six Python objects per record, which costs more than
 everything else the worker does with a row. But a stream of Zeek events from
@@ -12,7 +12,7 @@ every record, so the stream *is* an Arrow ``fixed_size_binary(stride)`` array,
 and a field across all rows is one ``binary_slice`` (in C): the topic and
 sender columns are slices cast to strings, the times and offsets slices read
 as big-endian integers, and the payloads stay where they are for
-:func:`~broker_spark.spark.shape_json.json_columns_at` to read.
+:func:`~broker_spark.columnar.shape_json.json_columns_at` to read.
 
 This only ever takes streams it can prove are such records: the first
 record's headers give the layout, the stream's length must be exactly
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.data.records import MAX_RECORD_SIZE
+from broker_spark.data.msgpack_records import MAX_RECORD_SIZE
 
 __all__ = ["StridedRecords", "field_bytes", "fixed_rows", "mismatched", "strided_records"]
 

@@ -13,7 +13,7 @@ by the next one through files in the spool folder:
   it is ready, removed when it stops);
 * the control socket (``receiver.sock`` in the folder, or in the temporary
   folder when the folder's path is too long for a Unix socket), speaking the
-  spool protocol (:mod:`broker_spark.protocol.relay`): readers attach there,
+  spool protocol (:mod:`broker_spark.spool.relay_protocol`): readers attach there,
   ``broker-spark status --spool`` and ``broker-spark receiver stop`` talk there;
 * ``receiver.log``, what it logs.
 
@@ -23,7 +23,7 @@ retention, and stops after ``receiver.idleTimeout`` with no reader attached
 SIGINT. A reader whose options differ from the receiver's is refused with
 the options named.
 
-Started as ``python -m broker_spark.spark.relay.receiver SPOOLPATH --detach``:
+Started as ``python -m broker_spark.spark.receiver SPOOLPATH --detach``:
 the start request (the reader's options) comes on stdin, one JSON line; the
 answer (``{"ready": ...}`` or ``{"error": ...}``) goes to stdout, one JSON
 line, after which stdout is closed. ``--detach`` forks once more so the
@@ -94,7 +94,7 @@ def identity_of(options: ReaderOptions, *, logs: bool) -> dict[str, str]:
         "peer": ",".join(str(p) for p in conn.peers),
         "websocket": conn.websocket.url if conn.websocket else "",
         "topics": ",".join(options.topics),
-        "ssl.disable": str(ssl.disable).lower(),
+        "ssl.disable": str(ssl.disable_ssl).lower(),
         "ssl.certificate": ssl.certificate,
         "ssl.key": ssl.key,
         "ssl.cafile": ssl.cafile,
@@ -185,10 +185,10 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
     from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
     from broker_spark.spark.driver_side import open_configured_spool
     from broker_spark.spark.options import parse_reader_options
-    from broker_spark.spark.relay.server import SpoolServer
-    from broker_spark.spark.relay.service import SpoolService
-    from broker_spark.spark.spool import SpoolLockedError
-    from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+    from broker_spark.spool.relay_server import SpoolServer
+    from broker_spark.spool.schema_history import LogSchemaHistory
+    from broker_spark.spool.service import SpoolService
+    from broker_spark.spool.spool import SpoolLockedError
 
     options = parse_reader_options(dict(request["options"]))
     logs = bool(request.get("logs"))
@@ -297,9 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     detach = "--detach" in args
     args = [a for a in args if a != "--detach"]
     if len(args) != 1:
-        sys.stderr.write(
-            "usage: python -m broker_spark.spark.relay.receiver SPOOLPATH [--detach]\n"
-        )
+        sys.stderr.write("usage: python -m broker_spark.spark.receiver SPOOLPATH [--detach]\n")
         return 2
     if detach and os.fork() > 0:
         os._exit(0)  # the starter reaps this one; the receiver goes on as an orphan

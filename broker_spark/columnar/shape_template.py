@@ -1,6 +1,6 @@
 """The template of one payload's layout: its JSON as constant text and holes.
 
-:mod:`~broker_spark.spark.shape_json` fills templates for many rows at once;
+:mod:`~broker_spark.columnar.shape_json` fills templates for many rows at once;
 this module builds one from the first row of a group (a walk over the Broker
 binary, bounded in depth and size) and says which bytes every row of the
 shape must share (:func:`template_runs`). See ``shape_json`` for what a hole
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from broker_spark.columnar import binary_json as _bj
 from broker_spark.data.binary import DEFAULT_LIMITS, decode_from
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.varbyte import read_varbyte
-from broker_spark.spark import binary_json as _bj
 
 __all__ = [
     "EVENT",

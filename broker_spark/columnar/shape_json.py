@@ -15,7 +15,7 @@ Arrow casts, and the rows are assembled by Arrow's ``binary_join_element_wise``.
 A hole that holds the same bytes in every row (an event's ``count 1`` head,
 its name, a constant uid) is text once, merged into the template's constants.
 Per row there is no Python work at all, where the per-payload transcoder
-(:mod:`~broker_spark.spark.binary_json`) costs a few microseconds.
+(:mod:`~broker_spark.columnar.binary_json`) costs a few microseconds.
 
 What it does not handle it leaves to the caller's per-row path: rows of a
 length shared by fewer than :data:`MIN_GROUP` rows, payloads whose first row
@@ -58,9 +58,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.data.json_codec import dumps_value
-from broker_spark.spark import binary_json as _bj
-from broker_spark.spark.shape_template import (
+from broker_spark.columnar import binary_json as _bj
+from broker_spark.columnar.shape_template import (
     NOT_EVENT,
     STRING_OPEN,
     UNKNOWN,
@@ -70,8 +69,9 @@ from broker_spark.spark.shape_template import (
     build_shape,
     template_runs,
 )
-from broker_spark.spark.strided import field_bytes as _buffer
-from broker_spark.spark.strided import fixed_rows, mismatched
+from broker_spark.columnar.strided import field_bytes as _buffer
+from broker_spark.columnar.strided import fixed_rows, mismatched
+from broker_spark.data.json_codec import dumps_value
 
 __all__ = [
     "MAX_SHAPES",

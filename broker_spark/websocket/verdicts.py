@@ -16,6 +16,7 @@ bounded by what is in flight.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +80,10 @@ def bad_record(topic: str, refusal: Refusal, server: str) -> tuple[str, bytes]:
 class ServerVerdicts:
     """The unconfirmed messages of one task's bridge, and the refusals among them."""
 
-    def __init__(self, loop: Any, link: Any) -> None:
-        self._loop = loop
+    def __init__(self, run_in_loop: Callable[[Callable[[], Any]], Any], link: Any) -> None:
+        """``run_in_loop`` runs a function on the loop of the bridge's endpoint
+        (``Endpoint.run_in_loop``): only that thread reads the bridge's pacer."""
+        self._run_in_loop = run_in_loop
         self.link = link
         self._pending: deque[tuple[str, bytes, bool]] = deque()
         self._base = 0  # the bridge's number of the first pending message
@@ -98,7 +101,7 @@ class ServerVerdicts:
 
     def take(self) -> list[Refusal]:
         """Refusals since the last call; forgets what the server confirmed meanwhile."""
-        rejections, confirmed = self._loop.run_sync(self._snapshot)
+        rejections, confirmed = self._run_in_loop(self._snapshot)
         pending, base = self._pending, self._base
         out = []
         for r in rejections:

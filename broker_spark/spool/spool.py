@@ -9,7 +9,7 @@ kept by size or age, never dropped on commit.
 Layout (one directory, like a Kafka partition): segments named by their base
 offset, each a ``.log`` of records (payloads kept as the Broker binary they
 arrived in, never re-encoded) with a sparse ``.index`` (see
-:mod:`broker_spark.spark.segment`); the last one is active, and a new one
+:mod:`broker_spark.spool.segment`); the last one is active, and a new one
 starts when it would grow past ``segment_bytes``. A ``.lock`` file holds an
 advisory ``flock`` that keeps a second writer out.
 
@@ -39,16 +39,16 @@ from typing import Any
 
 import msgpack
 
-from broker_spark.data.records import Record, pack_records, unpack_records
+from broker_spark.columnar.strided import strided_records
+from broker_spark.data.msgpack_records import Record, pack_records, unpack_records
 from broker_spark.errors import EC, DecodeError, EncodeError
-from broker_spark.spark.segment import (
+from broker_spark.spool.segment import (
     DataLossError,
     Segment,
     SpoolCorruptError,
     SpoolError,
     fsync_dir,
 )
-from broker_spark.spark.strided import strided_records
 
 try:
     import fcntl
@@ -470,7 +470,7 @@ def _chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int],
     The records are numbered once. The usual batch (one peer, one topic,
     events of one layout) packs into records of one length: then it is packed
     in one C call, and checking the packed headers of every record (one
-    extended slice per header byte, see :mod:`~broker_spark.spark.strided`)
+    extended slice per header byte, see :mod:`~broker_spark.columnar.strided`)
     proves each is ``[str, bin, str, uint, uint]``, so the checks of the
     careful path hold and a chunk is a slice of that packing. Otherwise chunks
     are packed one at a time, in bulk when :func:`_plain_records` says the

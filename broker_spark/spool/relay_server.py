@@ -1,6 +1,6 @@
 """The spool protocol served over a Unix socket (a receiver) or TCP/TLS (a relay).
 
-Each connection is a :class:`~broker_spark.protocol.relay.RelayServerSession`
+Each connection is a :class:`~broker_spark.spool.relay_protocol.RelayServerSession`
 (which decides everything) driven by one coroutine on a
 :class:`~broker_spark.core.loop_thread.LoopThread`: it feeds the session what
 arrives, reads from the spool the ranges the session asks for, and waits for
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.core.loop_thread import LoopThread
-from broker_spark.protocol.relay import (
+from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
     RelayProtocolError,
     RelayServerSession,
     ServerEvent,
 )
-from broker_spark.spark.relay.service import SpoolService
-from broker_spark.spark.segment import DataLossError, SpoolError
+from broker_spark.spool.segment import DataLossError, SpoolError
+from broker_spark.spool.service import SpoolService
 
 __all__ = ["SpoolServer"]
 

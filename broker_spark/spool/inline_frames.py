@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from broker_spark.spark.segment import SpoolError
-from broker_spark.spark.spool import Spool
+from broker_spark.spool.segment import SpoolError
+from broker_spark.spool.spool import Spool
 
 __all__ = ["CompressedFrames"]
 

@@ -1,4 +1,4 @@
-"""Packing Broker values into our compact msgpack format (see :mod:`~broker_spark.data.records`).
+"""Packing Broker values into our compact msgpack format (see :mod:`~broker_spark.data.msgpack_records`).
 
 The packer runs with ``strict_types=True``, so the exact builtin types
 (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``list``, ``dict``)
@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 from msgpack import ExtType
 
-from broker_spark.data.records_ext import (
+from broker_spark.data.msgpack_ext import (
     EXT_ADDRESS,
     EXT_COUNT,
     EXT_ENUM,

@@ -1,10 +1,10 @@
 """The msgpack extension types of our record format, and the layouts both sides share.
 
-Our compact msgpack format (see :mod:`~broker_spark.data.records`) packs the
+Our compact msgpack format (see :mod:`~broker_spark.data.msgpack_records`) packs the
 exact builtin types natively and every other Broker type as an extension type
 with one of the codes below. This module holds only what the packer
-(:mod:`~broker_spark.data.records_pack`) and the unpacker
-(:mod:`~broker_spark.data.records_unpack`) must agree on.
+(:mod:`~broker_spark.data.msgpack_pack`) and the unpacker
+(:mod:`~broker_spark.data.msgpack_unpack`) must agree on.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ import logging
 import threading
 from typing import Any
 
-from broker_spark.core.tls import TLSSettings, make_contexts
+from broker_spark.config import TLSSettings
+from broker_spark.core.tls import make_contexts
 from broker_spark.errors import BrokerError
 from broker_spark.spark.driver_side import (
     RECONNECT_INTERVAL,
@@ -29,12 +30,12 @@ from broker_spark.spark.driver_side import (
     ReaderRuntime,
     lost_before_checkpoint,
 )
-from broker_spark.spark.options import HostPort, ReaderOptions, SslOptions
-from broker_spark.spark.relay.attach import ReceiverLink
-from broker_spark.spark.relay.client import RelayError, SpoolClient, SpoolClientError
-from broker_spark.spark.segment import DataLossError
-from broker_spark.spark.spool import Spool
-from broker_spark.spark.zeek_schema_log import LogSchemaHistory
+from broker_spark.spark.options import HostPort, ReaderOptions
+from broker_spark.spark.receiver_attach import ReceiverLink
+from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
+from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.spool import Spool
 
 __all__ = [
     "FETCH_TIMEOUT",
@@ -52,11 +53,9 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT = 300.0
 
 
-def tls_context(ssl: SslOptions) -> Any:
+def tls_context(ssl: TLSSettings) -> Any:
     """The client TLS context for a relay, from the same options as peering (None: plain)."""
-    from broker_spark.config import Configuration
-
-    contexts = make_contexts(TLSSettings.of(ssl.apply(Configuration())))
+    contexts = make_contexts(ssl)
     return contexts.client if contexts is not None else None
 
 
@@ -148,7 +147,7 @@ class ReceiverRuntime:
 
 
 def fetch_from_relay(
-    relay: HostPort, ssl: SslOptions, start: int, end: int, timeout: float = FETCH_TIMEOUT
+    relay: HostPort, ssl: TLSSettings, start: int, end: int, timeout: float = FETCH_TIMEOUT
 ) -> bytes:
     """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
     relay reader does). Raises :class:`DataLossError` when the relay no longer holds them."""

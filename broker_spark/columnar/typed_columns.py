@@ -2,7 +2,7 @@
 
 A column with a Zeek type (an event parameter of the ``signature`` option,
 a ``zeekTypes`` entry) becomes one Broker binary fragment per row, as
-:func:`~broker_spark.spark.column_encode.encode_column` makes them for the
+:func:`~broker_spark.columnar.column_encode.encode_column` makes them for the
 natural mapping, so rows are still the join of their fragments and every
 value is encoded once. What it costs depends on how far the column's Arrow
 type is from the Zeek type:
@@ -38,11 +38,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_spark.columnar.column_encode import encode_column
+from broker_spark.columnar.record_batches import SchemaMappingError
 from broker_spark.data.binary import encode
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import BrokerError
-from broker_spark.spark.column_encode import encode_column
-from broker_spark.spark.schema import SchemaMappingError
 from broker_spark.zeek.script_types import (
     Basic,
     EnumType,
@@ -166,7 +166,7 @@ def check_column(t: pa.DataType, zeek: ScriptType, what: str) -> None:
 def bulk_column(array: pa.Array, zeek: ScriptType) -> pa.Array | None:
     """``array`` cast so that its natural bulk encoding is that of ``zeek`` (no nulls), or None.
 
-    The bulk join (:func:`~broker_spark.spark.column_encode.encode_rows_bulk`)
+    The bulk join (:func:`~broker_spark.columnar.column_encode.encode_rows_bulk`)
     encodes signed integers as ``int``, unsigned as ``count``, floats as
     ``double`` and strings as ``string``; a column that is, or casts to, one
     of those for ``zeek`` goes that way.

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from broker_spark.errors import ShutdownError
-from broker_spark.spark.spool import Spool
+from broker_spark.spool.spool import Spool
 
 __all__ = ["SpoolPump", "SpoolSource"]
 
@@ -41,7 +41,7 @@ _IDLE_WAIT = 0.25
 
 class SpoolSource(Protocol):
     """Where the pump takes messages: an endpoint's subscription
-    (:class:`~broker_spark.spark.endpoint_access.RawSubscription`), or the ZeroMQ logger
+    (:class:`~broker_spark.subscriber.RawSubscriber`), or the ZeroMQ logger
     (:class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`). ``take_stamped``
     returns spool records and raises ShutdownError once the source is closed."""
 

@@ -1,4 +1,4 @@
-"""Unpacking our compact msgpack format back into Broker values (see :mod:`~broker_spark.data.records`).
+"""Unpacking our compact msgpack format back into Broker values (see :mod:`~broker_spark.data.msgpack_records`).
 
 msgpack's C unpacker does the structure; every extension type reaches
 ``ext_hook``, one Python call each, so the hook handles the frequent ones
@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from broker_spark.data.records_ext import (
+from broker_spark.data.msgpack_ext import (
     EXT_ADDRESS,
     EXT_COUNT,
     EXT_ENUM,
