@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import broker_spark as broker  # noqa: E402
 from broker_spark.core.link import Link  # noqa: E402
 from broker_spark.core.memory_link import connect  # noqa: E402
-from broker_spark.core.message import DATA, node_message  # noqa: E402
+from broker_spark.core.node_message import DATA, node_message  # noqa: E402
 from broker_spark.core.queues import UNBOUNDED_ROOM  # noqa: E402
 from broker_spark.data.binary import decode, encode  # noqa: E402
 from broker_spark.errors import SC  # noqa: E402

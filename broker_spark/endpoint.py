@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from broker_spark.config import BrokerOptions, Configuration
 from broker_spark.core.actor import Core
 from broker_spark.core.loop_thread import LoopThread
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.core.queues import SubscriberQueue
 from broker_spark.data.binary import encode
 from broker_spark.publisher import Publisher

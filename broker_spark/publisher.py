@@ -11,7 +11,7 @@ from __future__ import annotations
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.errors import ShutdownError
 from broker_spark.topic import as_topic_str

@@ -35,7 +35,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from time import time_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker_spark.core.message import thaw_copy
+from broker_spark.core.node_message import thaw_copy
 from broker_spark.core.store_actor import CloneActor, MasterActor, StoreActor
 from broker_spark.core.store_host import StoreHost, host_for
 from broker_spark.data.types import timespan_ns

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.core.message import SharedMessage, decoded, decoded_all, decoded_frozen
+from broker_spark.core.node_message import SharedMessage, decoded, decoded_all, decoded_frozen
 from broker_spark.core.queues import SubscriberQueue
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.status import Error

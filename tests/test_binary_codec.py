@@ -36,7 +36,7 @@ from broker_spark.data.types import Count, Enum, FrozenTable, Port, Timespan, Ti
 from broker_spark.data.value import Data
 from broker_spark.errors import DecodeError
 from broker_spark.protocol.framing import FrameDecoder
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     MSG_COMMAND,
     MSG_DATA,
     MSG_ORIGINATOR_ACK,

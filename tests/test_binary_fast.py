@@ -5,7 +5,7 @@ for each Zeek message layout they see twice (binary_encode_fast,
 binary_decode_fast). Whatever those produce must be what the general codec
 produces: the same bytes, the same values of the same Python types, the same
 errors for malformed or out-of-range input. The general paths are reached
-directly here (``encode_into`` never compiles; ``binary_decode._decode`` is the
+directly here (``encode_into`` never compiles; ``binary_decode.reference_decode_bytes`` is the
 general reader) to serve as the reference.
 """
 
@@ -49,7 +49,7 @@ def general_encode(value: Any) -> bytes:
 
 
 def general_decode(raw: bytes) -> Any:
-    return binary_decode._decode(raw, DEFAULT_LIMITS, 0)
+    return binary_decode.reference_decode_bytes(raw, DEFAULT_LIMITS, 0)
 
 
 def outcome(fn: Any, *args: Any) -> tuple[str, Any]:

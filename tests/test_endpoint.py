@@ -15,7 +15,7 @@ import pytest
 import broker_spark as broker
 from broker_spark.core import memory_link
 from broker_spark.core.loop_thread import LoopThread
-from broker_spark.core.message import node_message
+from broker_spark.core.node_message import node_message
 from broker_spark.errors import ShutdownError
 
 PEER = bytes(15) + b"\x09"

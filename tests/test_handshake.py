@@ -13,7 +13,7 @@ from recorded import VECTORS
 from broker_spark.errors import EC, ProtocolError
 from broker_spark.protocol.framing import FrameDecoder, encode_frame, encode_frames
 from broker_spark.protocol.handshake import DEFAULT_HANDSHAKE_TIMEOUT, Handshake, HandshakeState
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     DropConn,
     HandshakeMessage,
     Hello,

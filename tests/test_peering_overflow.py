@@ -26,7 +26,7 @@ import broker_spark as broker
 from broker_spark import EC, SC
 from broker_spark.core import connection, peering
 from broker_spark.data.binary import decode
-from broker_spark.protocol.messages import MSG_DATA
+from broker_spark.protocol.wire_messages import MSG_DATA
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -22,7 +22,7 @@ import broker_spark as broker
 import broker_spark.endpoint as endpoint_module
 from broker_spark import SC
 from broker_spark.protocol.framing import FrameDecoder, encode_frame
-from broker_spark.protocol.messages import decode_node_message, encode_pong_for, is_bye_token
+from broker_spark.protocol.wire_messages import decode_node_message, encode_pong_for, is_bye_token
 
 pytestmark = pytest.mark.timeout(30)
 

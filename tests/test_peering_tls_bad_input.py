@@ -19,7 +19,7 @@ from broker_spark import EC
 from broker_spark.config import TLSSettings
 from broker_spark.core.tls import make_contexts
 from broker_spark.protocol.framing import FrameDecoder
-from broker_spark.protocol.messages import DropConn, decode_handshake
+from broker_spark.protocol.wire_messages import DropConn, decode_handshake
 
 pytestmark = pytest.mark.timeout(30)
 

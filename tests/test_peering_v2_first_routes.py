@@ -22,8 +22,8 @@ from test_peering_wire import HIGH_ID, LOW_ID, ZeekPeer
 
 import broker_spark as broker
 from broker_spark import EC, SC
-from broker_spark.protocol.messages import decode_handshake
 from broker_spark.protocol.v2_messages import SUBSCRIPTION, SubscriptionUpdate, encode_v2
+from broker_spark.protocol.wire_messages import decode_handshake
 
 pytestmark = pytest.mark.timeout(30)
 

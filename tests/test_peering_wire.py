@@ -30,7 +30,7 @@ import broker_spark as broker
 from broker_spark import EC, SC
 from broker_spark.data.binary import decode, encode
 from broker_spark.protocol.framing import FrameDecoder, encode_frame
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     BROADCAST,
     MAGIC,
     MSG_DATA,

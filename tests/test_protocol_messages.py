@@ -18,7 +18,7 @@ from recorded import VECTORS
 
 from broker_spark.errors import EC, DecodeError, EncodeError, ProtocolError
 from broker_spark.protocol.framing import FrameDecoder, encode_frame
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     BROADCAST,
     DEFAULT_TTL,
     MAGIC,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import broker_spark as broker
-from broker_spark.core import message as message_mod
-from broker_spark.core.message import SharedMessage, node_message, thaw_copy
+from broker_spark.core import node_message as message_mod
+from broker_spark.core.node_message import SharedMessage, node_message, thaw_copy
 from broker_spark.core.queues import Source, SubscriberQueue
 from broker_spark.errors import ShutdownError
 from broker_spark.subscriber import parse_get_args

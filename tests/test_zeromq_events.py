@@ -21,7 +21,7 @@ from broker_spark.data.types import Count, Port
 from broker_spark.errors import EC
 from broker_spark.zeek import Event
 from broker_spark.zeromq.curve import CurveKeys, generate_keypair
-from broker_spark.zeromq.link import wait_until
+from broker_spark.zeromq.proxy_link import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from recorded import VECTORS
 
 from broker_spark.data.binary import decode
 from broker_spark.protocol.framing import FrameDecoder
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     MSG_DATA,
     MSG_ORIGINATOR_ACK,
     MSG_RESPONDER_SYN_ACK,

@@ -58,6 +58,17 @@ def host_port(text: str) -> HostPort:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def positive_count(text: str) -> int:
+    """A whole number of 1 or more (``--count``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("the count must be 1 or more")
+    return n
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)

@@ -31,6 +31,7 @@ from broker_spark.cli.args import (
     add_connect_arguments,
     client_configuration,
     host_port,
+    positive_count,
     positive_float,
 )
 from broker_spark.cli.errors import CliError
@@ -39,16 +40,6 @@ from broker_spark.zeek.text import TIMESTAMP_FORMATS
 __all__ = ["register", "run"]
 
 log = logging.getLogger("broker_spark.cli")
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("the count must be 1 or more")
-    return n
 
 
 def register(sub: Any) -> None:
@@ -96,7 +87,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="write unset fields as null, as LogAscii::json_include_unset_fields",
     )
-    p.add_argument("--count", type=_count, metavar="N", help="exit after N records")
+    p.add_argument("--count", type=positive_count, metavar="N", help="exit after N records")
     p.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="exit after SECONDS")
     add_connect_arguments(p)
     p.set_defaults(run=run)

@@ -100,7 +100,7 @@ def _settled_snapshot(endpoint: Any) -> dict[str, Any]:
 
 
 def inspect_network(args: argparse.Namespace) -> Network:
-    from broker_spark.cli.client import Client
+    from broker_spark.cli.client_endpoint import Client
 
     with Client(args) as client:
         client.connect()

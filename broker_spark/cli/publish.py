@@ -191,7 +191,7 @@ def _values_from_arguments(args: argparse.Namespace) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.cli.client import Client
+    from broker_spark.cli.client_endpoint import Client
     from broker_spark.topic import as_topic_str
 
     topic = as_topic_str(args.topic)

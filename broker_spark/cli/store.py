@@ -92,7 +92,7 @@ def _key_and_value(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.cli.client import Client
+    from broker_spark.cli.client_endpoint import Client
 
     key, value = _key_and_value(args)
     with Client(args) as client:

@@ -15,7 +15,12 @@ import sys
 import time
 from typing import Any
 
-from broker_spark.cli.args import add_connect_arguments, add_format_argument, positive_float
+from broker_spark.cli.args import (
+    add_connect_arguments,
+    add_format_argument,
+    positive_count,
+    positive_float,
+)
 from broker_spark.cli.errors import CliError
 from broker_spark.cli.values import render_message
 
@@ -25,16 +30,6 @@ log = logging.getLogger("broker_spark.cli")
 
 #: Messages the subscriber may hold before the flow to it pauses.
 QUEUE_SIZE = 4096
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("the count must be 1 or more")
-    return n
 
 
 def register(sub: Any) -> None:
@@ -49,7 +44,7 @@ def register(sub: Any) -> None:
         "  broker-spark subscribe /demo --count 1 --timeout 10 --format plain | jq .data",
     )
     p.add_argument("topics", metavar="TOPIC", nargs="+", help="topic prefixes, e.g. /zeek/")
-    p.add_argument("--count", type=_count, metavar="N", help="exit after N messages")
+    p.add_argument("--count", type=positive_count, metavar="N", help="exit after N messages")
     p.add_argument(
         "--timeout",
         type=positive_float,
@@ -62,7 +57,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.cli.client import Client
+    from broker_spark.cli.client_endpoint import Client
     from broker_spark.cli.signals import stop_on_signals
     from broker_spark.topic import as_topic_str
 

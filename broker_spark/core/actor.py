@@ -37,7 +37,7 @@ from time import monotonic
 from typing import TYPE_CHECKING
 
 from broker_spark.config import BrokerOptions
-from broker_spark.core.message import COMMAND, DATA, SharedMessage
+from broker_spark.core.node_message import COMMAND, DATA, SharedMessage
 from broker_spark.core.queues import UNBOUNDED_ROOM, Sink, Source, SubscriberQueue
 from broker_spark.errors import EC, SC, PeeringError, ShutdownError
 from broker_spark.status import Error, Status

@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import EC, SC, BrokerError, DecodeError
 from broker_spark.protocol.multipath import Forwarder

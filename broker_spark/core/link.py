@@ -16,7 +16,7 @@ needs to tell link classes apart.
 The contract, for a network link:
 
 - ``deliver(msgs)`` gets node message tuples ``(topic, payload, kind, ttl,
-  sender)`` (see :mod:`broker_spark.core.message`), never more than ``room()``
+  sender)`` (see :mod:`broker_spark.core.node_message`), never more than ``room()``
   allowed; write them as envelopes. When ``room()`` is 0 the core calls
   ``want_room()`` and stalls the flow; call ``core.wake()`` once room frees up.
 - Received messages go into ``source`` with ``source.offer(msgs)`` after

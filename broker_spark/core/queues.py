@@ -534,7 +534,7 @@ def _cost(msgs: list) -> int:
     """What ``msgs`` cost in a queue: payload bytes plus :data:`ITEM_OVERHEAD` each.
 
     Node message tuples carry the payload at index 1, a
-    :class:`~broker_spark.core.message.SharedMessage` as ``payload``; anything
+    :class:`~broker_spark.core.node_message.SharedMessage` as ``payload``; anything
     else (a status) costs the overhead alone.
     """
     try:

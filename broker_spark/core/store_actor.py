@@ -40,7 +40,7 @@ from collections.abc import Callable
 from time import time_ns
 from typing import Any, Protocol
 
-from broker_spark.core.message import COMMAND, DATA
+from broker_spark.core.node_message import COMMAND, DATA
 from broker_spark.core.queues import Source
 from broker_spark.data.binary import encode
 from broker_spark.errors import EC, DecodeError, ShutdownError, StoreError

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker_spark.core.message import COMMAND
+from broker_spark.core.node_message import COMMAND
 from broker_spark.core.queues import Source, SubscriberQueue
 from broker_spark.errors import SC
 from broker_spark.protocol.channel import TICK_MILLISECONDS

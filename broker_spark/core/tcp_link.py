@@ -10,7 +10,7 @@ routing messages and routed publications of the multi-hop fabric
 
 Both directions sit on the hot path, so envelopes are built from a cached
 header per (topic, type, TTL) plus the payload, and parsed inline with the
-same checks as :func:`~broker_spark.protocol.messages.decode_node_message`.
+same checks as :func:`~broker_spark.protocol.wire_messages.decode_node_message`.
 In version 1 the sender field always names us (the last hop), which is the
 rewrite a forwarding hop does; the core has already decremented the TTL.
 """
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker_spark.core.link import Link
 from broker_spark.errors import EC, SC, BrokerError, DecodeError, DeliveryError
 from broker_spark.protocol.framing import encode_frame
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
+from broker_spark.protocol.wire_messages import (
     BROADCAST,
     ENVELOPE_HEADER_SIZE,
     MSG_COMMAND,
@@ -42,7 +43,6 @@ from broker_spark.protocol.messages import (
     encode_routing_update,
     with_sender_and_ttl,
 )
-from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
 from broker_spark.status import NetworkInfo, PeerFlags
 
 if TYPE_CHECKING:

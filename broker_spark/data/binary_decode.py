@@ -53,7 +53,13 @@ from broker_spark.data.value import freeze
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
 
-__all__ = ["DEFAULT_LIMITS", "DecodeLimits", "decode", "decode_from"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DecodeLimits",
+    "decode_from",
+    "reference_decode",
+    "reference_decode_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ _RANGES = tuple(range(n) for n in range(256))
 _CONTAINER_NAMES = {12: "set", 13: "table", 14: "vector"}
 
 
-def decode(
+def reference_decode(
     buf: bytes | bytearray | memoryview,
     limits: DecodeLimits = DEFAULT_LIMITS,
     *,
@@ -119,11 +125,11 @@ def decode(
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
-    return _decode(buf, limits, offset)
+    return reference_decode_bytes(buf, limits, offset)
 
 
-def _decode(buf: bytes, limits: DecodeLimits, offset: int) -> Any:
-    """:func:`decode` of a buffer that is ``bytes`` already (also the dispatcher's fallback)."""
+def reference_decode_bytes(buf: bytes, limits: DecodeLimits, offset: int) -> Any:
+    """:func:`reference_decode` of a buffer that is ``bytes`` already (also the dispatcher's fallback)."""
     if not 0 <= offset < len(buf):
         raise DecodeError(f"no value at offset {offset} of a {len(buf)}-byte buffer")
     size = len(buf) - offset

@@ -48,7 +48,7 @@ from broker_spark.data.types import (
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import EncodeError
 
-__all__ = ["encode", "encode_into"]
+__all__ = ["encode_into", "reference_encode"]
 
 _IPv4Address = ipaddress.IPv4Address
 _IPv6Address = ipaddress.IPv6Address
@@ -93,7 +93,7 @@ _ADDR4_BYTES_MAX = 4096
 _NATURAL_ORDER = frozenset({str, int, Count, bool, bytes, Enum, Port, _IPv4Address})
 
 
-def encode(value: Any) -> bytes:
+def reference_encode(value: Any) -> bytes:
     """Encode one value (any Python value of Broker's mapping) to bytes, by the reference.
 
     Raises ``ValueError`` (an :class:`EncodeError`) for values out of range and

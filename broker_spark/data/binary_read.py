@@ -28,7 +28,7 @@ from typing import Any
 
 from broker_spark.data import binary_decode_fast
 from broker_spark.data.binary_decode import DEFAULT_LIMITS, DecodeLimits
-from broker_spark.data.binary_decode import _decode as _general
+from broker_spark.data.binary_decode import reference_decode_bytes as _general
 from broker_spark.data.binary_decode_fast import learn as _learn
 
 __all__ = ["decode"]

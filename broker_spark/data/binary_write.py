@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker_spark.data import binary_encode_fast
-from broker_spark.data.binary_encode import encode as _general
+from broker_spark.data.binary_encode import reference_encode as _general
 from broker_spark.data.binary_encode_fast import learn as _learn
 
 __all__ = ["encode"]

@@ -142,7 +142,7 @@ def records_end(buf: bytes | bytearray | memoryview, max_record_size: int = MAX_
     What a spool needs after a crash: truncate its file to this length.
     Malformed content (as opposed to a torn end) raises :class:`DecodeError`.
     """
-    unpacker = _record_unpacker(buf, max_record_size)
+    unpacker = record_unpacker(buf, max_record_size)
     tell = unpacker.tell
     pos = 0
     try:
@@ -159,7 +159,7 @@ def records_end(buf: bytes | bytearray | memoryview, max_record_size: int = MAX_
 
 def _iter_records(buf: Any, allow_truncated: bool, max_record_size: int) -> Iterator[Record]:
     """The records of ``buf``; iterating the ``Unpacker`` stops at a torn end by itself."""
-    unpacker = _record_unpacker(buf, max_record_size)
+    unpacker = record_unpacker(buf, max_record_size)
     tell = unpacker.tell
     pos = 0  # where the next record starts
     try:
@@ -176,7 +176,10 @@ def _iter_records(buf: Any, allow_truncated: bool, max_record_size: int) -> Iter
         raise DecodeError(f"truncated record at byte {pos} of {len(buf)}")
 
 
-def _record_unpacker(buf: Any, max_record_size: int) -> msgpack.Unpacker:
+def record_unpacker(buf: Any, max_record_size: int = MAX_RECORD_SIZE) -> msgpack.Unpacker:
+    """An unpacker of the records in ``buf``, every length bounded by ``buf``'s size and
+    ``max_record_size``: arrays of at most 5 fields, no maps, no extension types (a field
+    never holds one; values inside payloads are Broker binary)."""
     size = max(len(buf), 1)
     limit = min(size, max_record_size)
     unpacker = msgpack.Unpacker(
@@ -193,6 +196,11 @@ def _record_unpacker(buf: Any, max_record_size: int) -> msgpack.Unpacker:
     )
     unpacker.feed(buf)
     return unpacker
+
+
+def is_record(obj: Any) -> bool:
+    """Whether an unpacked ``obj`` is a record: 5 fields of the right types, offset >= 0."""
+    return type(obj) is tuple and tuple(map(type, obj)) == _FIELD_TYPES and obj[4] >= 0
 
 
 def _no_ext(code: int, data: bytes) -> Any:
@@ -226,9 +234,11 @@ __all__ = [
     "MAX_NESTING",
     "MAX_RECORD_SIZE",
     "Record",
+    "is_record",
     "pack_record",
     "pack_records",
     "pack_value",
+    "record_unpacker",
     "records_end",
     "unpack_records",
     "unpack_value",

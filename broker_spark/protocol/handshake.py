@@ -32,7 +32,7 @@ from typing import Literal
 
 from broker_spark.errors import EC, BrokerError, DecodeError, ProtocolError
 from broker_spark.protocol.framing import encode_frame
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     ID_SIZE,
     DropConn,
     HandshakeMessage,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from broker_spark.data.varbyte import encode_varbyte, read_varbyte
 from broker_spark.errors import DecodeError, EncodeError
-from broker_spark.protocol.messages import (
+from broker_spark.protocol.wire_messages import (
     DEFAULT_TTL,
     ID_SIZE,
     MAX_TOPIC_SIZE,

@@ -26,9 +26,7 @@ import os
 import struct
 from typing import Any
 
-import msgpack
-
-from broker_spark.data.msgpack_records import MAX_RECORD_SIZE
+from broker_spark.data.msgpack_records import MAX_RECORD_SIZE, is_record, record_unpacker
 from broker_spark.errors import EC, BrokerError
 
 __all__ = ["DataLossError", "Segment", "SpoolCorruptError", "SpoolError", "fsync_dir"]
@@ -92,36 +90,8 @@ def _pread_exact(fd: int, size: int, pos: int) -> bytes:
     return data
 
 
-def _unpacker(data: bytes) -> msgpack.Unpacker:
-    """A record unpacker bounded like ``unpack_records`` (no extension types, 5 fields)."""
-    size = max(len(data), 1)
-    limit = min(size, MAX_RECORD_SIZE)
-    unpacker = msgpack.Unpacker(
-        None,
-        raw=False,
-        use_list=False,
-        max_buffer_size=size,
-        max_str_len=limit,
-        max_bin_len=limit,
-        max_array_len=5,
-        max_map_len=0,
-        max_ext_len=0,
-    )
-    unpacker.feed(data)
-    return unpacker
-
-
 def _is_record(obj: Any, offset: int) -> bool:
-    return (
-        type(obj) is tuple
-        and len(obj) == 5
-        and type(obj[0]) is str
-        and type(obj[1]) is bytes
-        and type(obj[2]) is str
-        and type(obj[3]) is int
-        and type(obj[4]) is int
-        and obj[4] == offset
-    )
+    return is_record(obj) and obj[4] == offset
 
 
 def _first_record_is(data: bytes, offset: int) -> bool:
@@ -131,7 +101,7 @@ def _first_record_is(data: bytes, offset: int) -> bool:
     if found is not None:
         return found == offset
     try:
-        return _is_record(_unpacker(data[:MAX_RECORD_SIZE]).unpack(), offset)
+        return _is_record(record_unpacker(data[:MAX_RECORD_SIZE]).unpack(), offset)
     except Exception:
         return False
 
@@ -338,7 +308,7 @@ class Segment:
     def _scan(self, fd: int, offset: int, pos: int) -> _Scan:
         """Walk complete, well-formed, dense records from ``(offset, pos)`` to the first bad one."""
         data = os.pread(fd, self.size - pos, pos)
-        unpacker = _unpacker(data)
+        unpacker = record_unpacker(data)
         entries = []
         last_ns = None
         at = 0
@@ -443,7 +413,7 @@ class Segment:
         if base == offset:
             return pos
         limit = self.positions[k + 1] if k + 1 < len(self.positions) else self.size
-        unpacker = _unpacker(_pread_exact(fd, limit - pos, pos))
+        unpacker = record_unpacker(_pread_exact(fd, limit - pos, pos))
         try:
             for _ in range(offset - base):
                 unpacker.skip()

@@ -2,7 +2,7 @@
 
 Each connection on ``/v1/messages/json`` goes through the handshake (a JSON
 array of topic prefixes, answered with an ack) and then becomes a
-:class:`~broker_spark.websocket.link.WebSocketLink`: a lightweight peer whose
+:class:`~broker_spark.websocket.ws_link.WebSocketLink`: a lightweight peer whose
 prefixes join the endpoint's filter (so they flood to peers like a local
 subscriber's) and to which the core routes matching messages; what the client
 publishes enters the central merge as if a peer had sent it, so local
@@ -32,18 +32,18 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.http11 import Request, Response
 
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import decode_client_message, decode_subscriptions, encode_ack
 from broker_spark.errors import EC, SC, BrokerError
 from broker_spark.status import NetworkInfo, PeerFlags
-from broker_spark.websocket.link import (
+from broker_spark.websocket.json_messages import JSON_PATH, error_text, input_error
+from broker_spark.websocket.ws_link import (
     CLOSE_GOING_AWAY,
     WebSocketLink,
     close_connection,
     close_now,
 )
-from broker_spark.websocket.messages import JSON_PATH, error_text, input_error
 
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core

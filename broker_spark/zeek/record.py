@@ -23,7 +23,16 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from broker_spark.data.types import INT64_MAX, INT64_MIN, UINT64_MAX, Count, Enum, Port
+from broker_spark.data.types import (
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
+    Count,
+    DataType,
+    Enum,
+    Port,
+    type_of,
+)
 from broker_spark.errors import DecodeError, EncodeError
 from broker_spark.zeek.types import (
     TEXT_TAGS,
@@ -343,35 +352,34 @@ _READERS: dict[int, Callable[[_Reader, int, int], tuple[Any, int]]] = {
 # --- encoding --------------------------------------------------------------------------------
 
 
+#: The Zeek type a value of each Broker type is written as when its column does not say.
+_ZEEK_TAG_OF = {
+    DataType.Boolean: TypeTag.BOOL,
+    DataType.Count: TypeTag.COUNT,
+    DataType.Integer: TypeTag.INT,
+    DataType.Real: TypeTag.DOUBLE,
+    DataType.Timestamp: TypeTag.TIME,
+    DataType.Timespan: TypeTag.INTERVAL,
+    DataType.String: TypeTag.STRING,
+    DataType.EnumValue: TypeTag.ENUM,
+    DataType.Port: TypeTag.PORT,
+    DataType.Address: TypeTag.ADDR,
+    DataType.Subnet: TypeTag.SUBNET,
+    DataType.Set: TypeTag.TABLE,
+    DataType.Vector: TypeTag.VECTOR,
+}
+
+
 def type_of_value(value: Any) -> TypeTag:
-    """The Zeek type a Python value is written as when its column does not say."""
-    if isinstance(value, bool):
-        return TypeTag.BOOL
-    if isinstance(value, Count):
-        return TypeTag.COUNT
-    if isinstance(value, int):
-        return TypeTag.INT
-    if isinstance(value, float):
-        return TypeTag.DOUBLE
-    if isinstance(value, _dt.datetime):
-        return TypeTag.TIME
-    if isinstance(value, _dt.timedelta):
-        return TypeTag.INTERVAL
-    if isinstance(value, (str, bytes)):
-        return TypeTag.STRING
-    if isinstance(value, Enum):
-        return TypeTag.ENUM
-    if isinstance(value, Port):
-        return TypeTag.PORT
-    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        return TypeTag.ADDR
-    if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
-        return TypeTag.SUBNET
-    if isinstance(value, (set, frozenset)):
-        return TypeTag.TABLE
-    if isinstance(value, (tuple, list)):
-        return TypeTag.VECTOR
-    raise EncodeError(f"no Zeek log type for a {type(value).__name__}: {value!r:.80}")
+    """The Zeek type a Python value is written as when its column does not say (its Broker
+    type, :func:`~broker_spark.data.types.type_of`, as Zeek logs it)."""
+    try:
+        tag = _ZEEK_TAG_OF.get(type_of(value))
+    except TypeError:
+        tag = None
+    if tag is None:
+        raise EncodeError(f"no Zeek log type for a {type(value).__name__}: {value!r:.80}")
+    return tag
 
 
 def _as_type(spec: Any) -> ZeekType | None:

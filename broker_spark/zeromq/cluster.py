@@ -1,6 +1,6 @@
 """An endpoint's membership of Zeek ZeroMQ clusters: ``Endpoint.zeromq_join`` / ``zeromq_leave``.
 
-Joining makes a :class:`~broker_spark.zeromq.link.ZeroMQLink` (XSUB and XPUB
+Joining makes a :class:`~broker_spark.zeromq.proxy_link.ZeroMQLink` (XSUB and XPUB
 connected to the cluster's proxy) and waits until the proxy forwards both ways,
 as Zeek does before it publishes (``internal_topic_prefix`` in
 scripts/policy/frameworks/cluster/backend/zeromq/options.zeek): a subscription to
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker_spark.errors import EC, SC, BrokerError
 from broker_spark.status import EndpointInfo, Error, NetworkInfo
 from broker_spark.zeromq.curve import CurveKeys
-from broker_spark.zeromq.link import (
+from broker_spark.zeromq.proxy_link import (
     INTERNAL_TOPIC_PREFIX,
     LINGER_MS,
     ZeroMQLink,

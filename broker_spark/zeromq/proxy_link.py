@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from broker_spark.core.link import Link
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.errors import EC, SC, DeliveryError
 from broker_spark.status import Error, NetworkInfo, PeerFlags
 from broker_spark.zeromq.curve import CurveKeys

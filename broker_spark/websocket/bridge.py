@@ -2,7 +2,7 @@
 
 A :class:`WebSocketPeer` dials the URL, sends its topics as the subscriptions,
 reads the ack (the remote endpoint's id) and then bridges both ways through a
-:class:`~broker_spark.websocket.link.WebSocketLink`:
+:class:`~broker_spark.websocket.ws_link.WebSocketLink`:
 
 - data messages from the remote, on the topics we subscribed to (``topics``,
   sent as the first message), enter our central merge as if a peer had sent
@@ -41,18 +41,18 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.errors import EC, SC, BrokerError
 from broker_spark.status import EndpointInfo, Error, NetworkInfo, PeerFlags
-from broker_spark.websocket.link import WebSocketLink, close_connection
-from broker_spark.websocket.messages import (
+from broker_spark.websocket.json_messages import (
     JSON_PATH,
     ServerReply,
     parse_server_reply,
     subscriptions_text,
 )
 from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW, EchoPacer
+from broker_spark.websocket.ws_link import WebSocketLink, close_connection
 
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core

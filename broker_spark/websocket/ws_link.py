@@ -36,11 +36,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker_spark.core.link import Link
-from broker_spark.core.message import DATA
+from broker_spark.core.node_message import DATA
 from broker_spark.core.queues import UNBOUNDED_ROOM
 from broker_spark.errors import EC, SC, BrokerError, DeliveryError, ShutdownError
 from broker_spark.status import Error, NetworkInfo, PeerFlags
-from broker_spark.websocket.messages import error_text, render_data_message
+from broker_spark.websocket.json_messages import error_text, render_data_message
 from broker_spark.websocket.pacing import PROBE, EchoPacer
 
 if TYPE_CHECKING:
