@@ -148,3 +148,122 @@ def test_the_library_below_knows_neither_spark_nor_the_command() -> None:
         if dep.startswith(top)
     )
     assert upward == []
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph.get(name, ()))
+    return seen
+
+
+def _third_party(root: Path, module: str, modules: dict[str, Path]) -> set[str]:
+    """The top-level names of what ``module``'s file imports outside the package."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(modules[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - {"broker_spark"}
+
+
+@pytest.mark.parametrize("package", ["broker_spark.spool", "broker_spark.columnar"])
+def test_the_spool_and_the_column_codecs_run_without_spark(package: str) -> None:
+    """``broker-spark node`` serves a spool on a machine without Spark, and the codecs are
+    codecs: nothing either reaches, however indirectly, imports pyspark."""
+    graph = import_graph(ROOT, "broker_spark")
+    modules = modules_of(ROOT, "broker_spark")
+    starts = [m for m in graph if m == package or m.startswith(package + ".")]
+    assert len(starts) >= 6
+    reached = set().union(*(_reachable(graph, m) for m in starts))
+    assert not any(m.startswith("broker_spark.spark") for m in reached)
+    spark_users = sorted(m for m in reached if "pyspark" in _third_party(ROOT, m, modules))
+    assert spark_users == []
+
+
+def test_the_column_codecs_stand_on_the_data_model_only() -> None:
+    """``columnar/`` sits beside the codecs: it uses ``data/``, ``zeek/`` and the ground
+    floor, nothing that moves bytes or holds an endpoint."""
+    allowed = ("broker_spark.columnar", "broker_spark.data", "broker_spark.zeek")
+    ground = {"broker_spark", "broker_spark.errors", "broker_spark.version"}
+    graph = import_graph(ROOT, "broker_spark")
+    wrong = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith("broker_spark.columnar")
+        for dep in deps
+        if not dep.startswith(allowed) and dep not in ground
+    )
+    assert wrong == []
+
+
+#: The facade (the endpoint and the modules it hands itself to) and the core it owns.
+FACADE = (
+    "broker_spark/endpoint.py",
+    "broker_spark/introspect.py",
+    "broker_spark/store_api.py",
+    "broker_spark/publisher.py",
+    "broker_spark/subscriber.py",
+    "broker_spark/websocket/manager.py",
+    "broker_spark/zeromq/cluster.py",
+    "broker_spark/core/",
+)
+
+
+def endpoint_internals() -> set[str]:
+    """The underscored attributes an ``Endpoint`` has (set in its methods, or defined)."""
+    tree = ast.parse((ROOT / "broker_spark" / "endpoint.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Endpoint")
+    names = {
+        n.attr
+        for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and n.attr.startswith("_")
+        and not n.attr.startswith("__")
+    }
+    return names | {
+        n.name
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("_") and not n.name.endswith("__")
+    }
+
+
+def internal_reads(path: Path, internals: set[str], root: Path = ROOT) -> list[str]:
+    """``x._name`` reads in ``path`` of a name ``internals`` holds, where ``x`` is not self."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in internals
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append(f"{path.relative_to(root)}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_nothing_outside_the_facade_reaches_below_the_endpoint() -> None:
+    """Only the facade and ``core/`` read an ``Endpoint``'s underscored attributes; the
+    rest of the package uses its public methods (``flush``, ``links``, raw subscribers)."""
+    internals = endpoint_internals()
+    assert {"_core", "_loop", "_publish_src", "_tcp"} <= internals
+    reads = [
+        read
+        for path in sorted((ROOT / "broker_spark").rglob("*.py"))
+        if not str(path.relative_to(ROOT)).startswith(FACADE)
+        for read in internal_reads(path, internals)
+    ]
+    assert reads == []
+
+
+def test_a_reach_below_the_facade_is_found(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(endpoint):\n    return endpoint._core.links, self._core\n")
+    found = internal_reads(bad, {"_core"}, root=tmp_path)
+    assert found == ["bad.py:2 ._core"]

@@ -78,6 +78,7 @@ class FaultProxy:
                 s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        self.cut()  # wakes a pump blocked in recv (closing the socket alone would not)
         for s in self.sockets:
             with contextlib.suppress(OSError):
                 s.close()

@@ -1,10 +1,12 @@
-"""One peer connection (TCP, or TLS over TCP): framing, the handshake, then its link.
+"""One peer connection (TCP, or TLS over TCP): the socket's shell around a sans-I/O session.
 
-A :class:`PeerConnection` is the asyncio protocol of one socket. It cuts the
-received bytes into frames (:class:`~broker_spark.protocol.framing.FrameDecoder`),
-runs the sans-I/O :class:`~broker_spark.protocol.handshake.Handshake` on them
-until both sides are peered, then hands every later frame to its
-:class:`~broker_spark.core.tcp_link.TcpLink`, which speaks to the core.
+A :class:`PeerConnection` is the asyncio protocol of one socket. What arrives
+goes to its :class:`~broker_spark.protocol.peer_session.PeerSession`, which
+decides everything about the connection (the first byte, framing, the
+handshake and its deadline, the link's health) and answers with events; this
+shell carries them out: it writes what the session wants sent, starts the
+:class:`~broker_spark.core.tcp_link.TcpLink` once peered and hands it what the
+session read, and closes and reports when the session says so.
 
 Why an ``asyncio`` protocol and not streams: received bytes arrive with no task
 switch, and the frames of one batch (a routing pass of the core, or what one
@@ -30,10 +32,15 @@ from typing import Any, Literal, Protocol
 from broker_spark.config import BrokerOptions
 from broker_spark.core.queues import UNBOUNDED_ROOM
 from broker_spark.core.tcp_link import LinkHost, TcpLink
-from broker_spark.errors import EC, SC, DecodeError, ShutdownError
-from broker_spark.protocol.envelope_reader import EnvelopeReader
-from broker_spark.protocol.handshake import Handshake
-from broker_spark.protocol.link_health import HEALTHY, check_link
+from broker_spark.errors import EC, SC, ShutdownError
+from broker_spark.protocol.peer_session import (
+    Failed,
+    Peered,
+    PeerSession,
+    Received,
+    Redundant,
+    Stalled,
+)
 from broker_spark.status import NetworkInfo, PeerFlags
 
 __all__ = ["ConnectionHost", "PeerConnection"]
@@ -107,15 +114,14 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.key = key
         self.tls = tls
         self.transport: Any = None
-        self.decoder = EnvelopeReader(peering.max_frame_size)
-        self.handshake: Handshake | None = None
+        #: The protocol state (made when the socket connects).
+        self.session: PeerSession | None = None
+        #: The session's envelope reader (the link teaches it headers).
+        self.decoder: Any = None
         self.link: TcpLink | None = None
         #: No more input is handled once true (closing, or closed).
         self.closing = False
         self.lost = False
-        self.last_rx = 0.0
-        self.last_ping = 0.0
-        self._sniff = not tls  # a plain endpoint checks the first byte for a TLS record
         self._timer: asyncio.TimerHandle | None = None
         # The write side: complete frames waiting for this iteration's flush.
         self._out: list[bytes] = []  # byte chunks forming whole frames
@@ -148,17 +154,19 @@ class PeerConnection(asyncio.BufferedProtocol):
             self.abort()
             return
         now = self.loop.time()
-        self.last_rx = now
-        hs = self.handshake = Handshake(
+        session = self.session = PeerSession(
             peering.node_id,
             peering.advertised_filter(None),
             self.role,
             peering.versions,
             now,
-            timeout=peering.handshake_timeout,
+            max_frame_size=peering.max_frame_size,
+            handshake_timeout=peering.handshake_timeout,
             is_redundant=self._is_redundant,
+            tls=self.tls,
         )
-        self._write_now(hs.start())
+        self.decoder = session.reader
+        self._write_now(session.data_to_send())
         self._timer = self.loop.call_at(now + peering.handshake_timeout, self._on_deadline)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -183,60 +191,42 @@ class PeerConnection(asyncio.BufferedProtocol):
             core.end_io()
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        session = self.session
+        if self.closing or session is None:
             link = self.link
-            if link is not None and link.closed:
+            if link is not None and link.closed and session is not None:
                 # Unpeered: wait for the goodbye pong only.
-                with contextlib.suppress(DecodeError):
-                    link.receive_after_close(self.decoder.feed(data))
+                link.receive_after_close(session.receive_after_close(data))
             return
-        self.last_rx = self.loop.time()
-        if self._sniff:
-            self._sniff = False
-            if data[:1] == b"\x16":
-                self.fail(
-                    EC.PeerIncompatible,
-                    "the peer started a TLS handshake but this endpoint has SSL disabled "
-                    "(disable_ssl differs between the two endpoints)",
-                )
+        events = session.receive_data(data, self.loop.time())
+        self._write_now(session.data_to_send())
+        for event in events:
+            if type(event) is Received:
+                link = self.link
+                if link is not None:
+                    link.receive(event.items, event.raw)
+            elif type(event) is Peered:
+                self._handshake_done(event)
+            else:
+                self._on_end(event)
+            if self.closing:
                 return
-        link = self.link
-        if link is not None:
-            # Peered: frames with known envelope headers come back as messages already.
-            try:
-                items, raw = self.decoder.feed_messages(data)
-            except DecodeError as exc:
-                self.fail(EC.InvalidMessage, f"invalid frame during the connection: {exc}")
-                return
-            if items:
-                link.receive(items, raw)
-            return
-        try:
-            bodies = self.decoder.feed(data)
-        except DecodeError as exc:
-            self.fail(EC.PeerInvalid, f"invalid frame during the handshake: {exc}")
-            return
-        if not bodies:
-            return
-        hs = self.handshake
-        assert hs is not None
-        i, n = 0, len(bodies)
-        while i < n and not hs.done:
-            out = hs.receive(bodies[i])
-            i += 1
-            if out:
-                self._write_now(out)
-            if hs.failed:
-                self._handshake_failed()
-                return
-        if not hs.done:
-            return
-        self._handshake_done()
-        link = self.link
-        if link is None or i == n:
-            return
-        bodies = bodies[i:]
-        link.receive(bodies, len(bodies))
+
+    def _on_end(self, event: Failed | Redundant | Stalled) -> None:
+        """What the session says ends (or, for a stall, troubles) the connection."""
+        if type(event) is Redundant:
+            self._cancel_timer()
+            self.peering.redundant(self, event.peer_id)
+            self.close()
+        elif type(event) is Failed:
+            self._cancel_timer()
+            self.fail(event.code, event.message)
+        elif type(event) is Stalled:
+            self._dropping = True
+            self._report(EC.PeerTimeout, event.message)
+            if self._room_wanted:
+                self._room_wanted = False
+                self.peering.core.wake()
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -254,24 +244,20 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def _report_loss(self, exc: Exception | None) -> None:
         link = self.link
+        session = self.session
+        if session is not None:
+            session.end()
         if link is None:
-            hs = self.handshake
-            if hs is not None and not hs.failed and not hs.done:
-                what = "closed the connection"
-                if self.decoder.pending:
-                    what += f" in the middle of a frame ({self.decoder.pending} bytes pending)"
-                detail = f": {exc}" if exc else ""
-                self._report(
-                    EC.PeerDisconnectDuringHandshake,
-                    f"the peer {what} during the handshake{detail}",
-                )
+            failed = None if session is None else session.lost_during_handshake(str(exc or ""))
+            if failed is not None:
+                self._report(failed.code, failed.message)
             return
         if link.closed:
             return
-        if self.decoder.pending and not link.bye_received:
+        if session is not None and session.pending and not link.bye_received:
             self._report(
                 EC.InvalidMessage,
-                f"connection closed in the middle of a frame ({self.decoder.pending} bytes pending)",
+                f"connection closed in the middle of a frame ({session.pending} bytes pending)",
             )
         self.peering.link_lost(link, SC.PeerRemoved if link.bye_received else SC.PeerLost)
 
@@ -292,65 +278,44 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def _on_deadline(self) -> None:
         self._timer = None
-        hs = self.handshake
-        if hs is None or hs.done or hs.failed or self.closing:
+        session = self.session
+        if session is None or session.deadline is None or self.closing:
             return
-        self._write_now(hs.tick(self.loop.time()))
-        if hs.failed:
-            self._handshake_failed()
-        else:  # the timer fired a hair early
+        events = session.tick(self.loop.time())
+        self._write_now(session.data_to_send())
+        for event in events:
+            self._on_end(event)  # type: ignore[arg-type]
+        if not events and session.deadline is not None:  # the timer fired a hair early
             self._timer = self.loop.call_later(0.01, self._on_deadline)
 
-    def _handshake_failed(self) -> None:
-        hs = self.handshake
-        assert hs is not None
-        self._cancel_timer()
-        code = hs.error_code or EC.Unspecified
-        if code is EC.RedundantConnection:
-            self.peering.redundant(self, hs.peer_id)
-            self.close()
-            return
-        if code in (EC.PeerIncompatible, EC.PeerTimeout, EC.PeerInvalid):
-            reported = code
-        else:
-            reported = EC.PeerInvalid
-        message = hs.error_message or code.snake_name
-        if reported is not code:
-            message = f"{message} ({code.snake_name})"
-        self.fail(reported, f"handshake failed: {message}")
-
-    def _handshake_done(self) -> None:
-        hs = self.handshake
-        assert hs is not None and hs.peer_id is not None and hs.version is not None
+    def _handshake_done(self, peered: Peered) -> None:
         self._cancel_timer()
         peering = self.peering
         flags = PeerFlags.Remote | (
             PeerFlags.Outbound if self.role == "connector" else PeerFlags.Inbound
         )
         try:
-            link = TcpLink(peering, self, hs.peer_id, hs.version, self.network, flags)
+            link = TcpLink(peering, self, peered.peer_id, peered.version, self.network, flags)
         except ShutdownError:
             self.abort()
             return
-        link.prefixes = tuple(hs.peer_filter or ())
-        link.sent_filter = hs.own_filter
+        link.prefixes = peered.peer_filter
+        link.sent_filter = peered.own_filter
         self.link = link
         if not peering.join(link):
             # Already peered over another connection (a race the originator missed).
             self.link = None
             link.closed = True
             link.source.close()
-            peering.redundant(self, hs.peer_id)
+            peering.redundant(self, peered.peer_id)
             self.close()
-            return
-        self.last_rx = self.last_ping = self.loop.time()
 
     # -- writing --------------------------------------------------------------------
 
-    def _write_now(self, frames: list[bytes]) -> None:
-        """Handshake frames: written at once, in order."""
-        if frames and self.transport is not None and not self.lost:
-            self.transport.write(b"".join(frames))
+    def _write_now(self, data: bytes) -> None:
+        """What the session wants sent (handshake frames): written at once."""
+        if data and self.transport is not None and not self.lost:
+            self.transport.write(data)
 
     def room(self) -> int:
         """How many more messages the core may hand us (the bounded send buffer)."""
@@ -429,48 +394,37 @@ class PeerConnection(asyncio.BufferedProtocol):
     # -- periodic checks (called by the peering) --------------------------------------
 
     def tick(self, now: float) -> None:
-        """The periodic health check (decided by ``protocol.link_health``), carried out."""
-        link = self.link
-        if link is None or self.closing:
+        """The periodic health check (decided by the session), carried out."""
+        session = self.session
+        if self.link is None or self.closing or session is None:
             return
         peering = self.peering
-        verdict = check_link(
+        events = session.check_health(
             now,
-            last_rx=self.last_rx,
-            last_ping=self.last_ping,
             ping_interval=peering.ping_interval,
             liveness_timeout=peering.liveness_timeout,
+            stall_timeout=peering.stall_timeout,
+            policy=peering.options.peer_overflow_policy,
             paused=self._paused,
+            paused_at=self._paused_at,
             dropping=self._dropping,
             queued=self._out_msgs,
             capacity=self._capacity,
-            paused_at=self._paused_at,
-            stall_timeout=peering.stall_timeout,
-            policy=peering.options.peer_overflow_policy,
         )
-        if verdict is HEALTHY:
-            return
-        if verdict.lost is not None:
-            self.fail(EC.PeerTimeout, verdict.lost)
-            return
-        if verdict.ping:
-            self.last_ping = now
-            link.send_keepalive()
-        if verdict.disconnect is not None:
-            self.fail(EC.PeerTimeout, verdict.disconnect)
-        elif verdict.drop is not None:
-            self._dropping = True
-            self._report(EC.PeerTimeout, verdict.drop)
-            if self._room_wanted:
-                self._room_wanted = False
-                peering.core.wake()
+        out = session.data_to_send()
+        if out:  # a keep-alive: behind what is queued, so the peer sees the data first
+            self.send([out])
+        for event in events:
+            self._on_end(event)  # type: ignore[arg-type]
 
     # -- closing ----------------------------------------------------------------------
 
     def _report(self, code: EC, message: str) -> None:
         """Tell status subscribers (and a waiting ``peer()``) why this connection failed."""
-        hs = self.handshake
-        peer_id = self.link.peer_id if self.link else (hs.peer_id if hs else None)
+        session = self.session
+        peer_id = (
+            self.link.peer_id if self.link else (session.handshake.peer_id if session else None)
+        )
         self.peering.connection_failed(self, code, message, peer_id)
 
     def fail(self, code: EC, message: str) -> None:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.link import Link
 from broker_spark.errors import EC, SC, BrokerError, DecodeError, DeliveryError
-from broker_spark.protocol.framing import encode_frame
+from broker_spark.protocol.framing import encode_frame, frame_prefix
 from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
 from broker_spark.protocol.wire_messages import (
     BROADCAST,
@@ -38,6 +37,7 @@ from broker_spark.protocol.wire_messages import (
     bye_token,
     decode_filter,
     decode_node_message,
+    encode_node_message,
     encode_ping,
     encode_pong_for,
     encode_routing_update,
@@ -49,25 +49,16 @@ if TYPE_CHECKING:
     from broker_spark.core.actor import Core
     from broker_spark.core.fabric import Fabric
 
-__all__ = ["LinkConnection", "LinkHost", "TcpLink", "frame_prefix"]
+__all__ = ["LinkConnection", "LinkHost", "TcpLink"]
 
-_U32 = struct.Struct(">I").pack
-_HEAD = struct.Struct(">BHH").pack
+_U32 = frame_prefix
 
 #: Cached envelope headers per link before the cache starts over.
 HEAD_CACHE_SIZE = 4096
 
-#: Payload of our keep-alive pings: anything that is not a goodbye token.
-KEEPALIVE = b"ALIVE"
-
 #: Our acknowledgement pings (``acknowledge``): 11 bytes like a goodbye token, but not
 #: ``BYE``, so the peer only answers.
 ACK_PREFIX = b"ACK"
-
-
-def frame_prefix(size: int) -> bytes:
-    """The 4-byte length prefix of a frame whose body has ``size`` bytes."""
-    return _U32(size)
 
 
 class LinkConnection(Protocol):
@@ -190,8 +181,7 @@ class TcpLink(Link):
 
     def _head(self, key: tuple[str, int, int]) -> bytes:
         topic, kind, ttl = key
-        raw = topic.encode("utf-8")
-        head = b"".join((self.own_id, BROADCAST, _HEAD(kind, ttl, len(raw)), raw))
+        head = encode_node_message(self.own_id, BROADCAST, kind, ttl, topic, b"")
         if len(self._heads) >= HEAD_CACHE_SIZE:
             self._heads.clear()
         self._heads[key] = head
@@ -292,9 +282,6 @@ class TcpLink(Link):
 
     def send_body(self, body: bytes) -> None:
         self.conn.send([_U32(len(body)), body])
-
-    def send_keepalive(self) -> None:
-        self.send_body(encode_ping(self.own_id, self.peer_id, KEEPALIVE))
 
     # -- receiving ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "FrameDecoder",
     "encode_frame",
     "encode_frames",
+    "frame_prefix",
 ]
 
 #: Size of the length prefix in front of every body.
@@ -41,6 +42,10 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 _U32 = struct.Struct(">I")
 _unpack_u32 = _U32.unpack_from
 _pack_u32 = _U32.pack
+
+#: The 4-byte length prefix of a frame whose body has ``size`` bytes (``frame_prefix(size)``):
+#: what a writer that assembles a frame from pieces puts in front of them.
+frame_prefix = _pack_u32
 
 
 class FrameDecoder:
