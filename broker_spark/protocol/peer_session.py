@@ -134,6 +134,8 @@ class PeerSession:
         self.peered = False
         #: Ended (failed, redundant, or told so): nothing more is taken.
         self.ended = False
+        #: Ended for a reason of its own (a Failed or Redundant event said why).
+        self.failed = False
         self.last_rx = now
         self.last_ping = now
         self._sniff = not tls  # a plain endpoint checks the first byte for a TLS record
@@ -270,7 +272,7 @@ class PeerSession:
         """The connection closed before the handshake ended: why, for the report (None when
         the handshake was over, or had failed and said so already)."""
         hs = self.handshake
-        if self.peered or hs.done or hs.failed:
+        if self.peered or self.failed or hs.done or hs.failed:
             return None
         what = "closed the connection"
         if self.reader.pending:
@@ -294,7 +296,7 @@ class PeerSession:
         hs = self.handshake
         code = hs.error_code or EC.Unspecified
         if code is EC.RedundantConnection:
-            self.ended = True
+            self.ended = self.failed = True
             return [Redundant(hs.peer_id)]
         message = hs.error_message or code.snake_name
         if code not in _HANDSHAKE_FAILURES:
@@ -302,5 +304,5 @@ class PeerSession:
         return self._fail(code, f"handshake failed: {message}")
 
     def _fail(self, code: EC, message: str) -> list[Event]:
-        self.ended = True
+        self.ended = self.failed = True
         return [Failed(code, message)]
