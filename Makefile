@@ -20,10 +20,11 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
-# Tests that start Spark drivers of their own (a driver killed and restarted, ...): too slow
-# for the 5-minute suite, so a step of their own; CI runs it after `make test`.
+# Tests that start Spark drivers, kernels or relay nodes of their own (a driver killed and
+# restarted, a relay killed under a query, the notebooks): too slow for the 5-minute suite,
+# so a step of their own; CI runs it after `make test`.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m "slow or notebooks"
 
 # The connector beyond one process, each in a pytest process of its own (a classic driver
 # and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two

@@ -1,7 +1,7 @@
 """Catching up from a relay: a query replays a relay's spool over loopback, against the same
 spool read locally, in one run.
 
-Usage: ``python bench/relay.py [--quick] [--json] [--events N] [--conn-rows N]``
+Usage: ``python bench/relay.py [--quick] [--json] [--events N] [--conn-rows N] [--relays 1,2,4] [--only-relays]``
 
 A spool is filled with the records a query would find after a day away: small
 Zeek events (the worst case per record) and, in a second spool, the demo's
@@ -22,6 +22,15 @@ Rows per second over the batches that had rows (first start to last end),
 best of ``--repeat`` runs each, and the relay's share of the local rate (the
 target is at least half). Also the bare fetch: the record stream of the whole
 spool over one connection, against ``read_packed`` of the same ranges.
+
+Then **one query over 1, 2 and 4 relays** (``relay=h:p1,h:p2,...``), each relay
+holding what its own sender sent (the conn rows split among them, as a Zeek
+cluster's nodes spread their batches over its loggers): rows per second, and the
+CPU per row of the driver side (the reader's planning: its offsets, bounds and
+partitions, in Spark's driver-side Python process) against the executors'
+tasks (the Python workers that fetch and decode). With relays the driver only
+plans, so its share should stay small (target: at most 0.2 us a row) and the
+rate grow with executors and relays, not with the driver.
 """
 
 from __future__ import annotations
@@ -57,11 +66,11 @@ def _fill_events(path: str, count: int) -> None:
             )
 
 
-def _fill_conn(path: str, rows: int) -> int:
+def _fill_conn(path: str, rows: int, seed: int = 7) -> int:
     from broker_spark.demo.events import ConnectionLogs
     from broker_spark.zeek import LogCreate
 
-    source = ConnectionLogs(seed=7)
+    source = ConnectionLogs(seed=seed)
     with Spool(path, index_interval=8) as spool:
         now = time.time_ns()
         spool.append_batch(
@@ -171,6 +180,97 @@ def bench_kind(spark: Any, path: str, logs: bool, repeat: int) -> dict[str, Any]
     return out
 
 
+def bench_relays(
+    spark: Any, work: str, rows: int, counts: tuple[int, ...], repeat: int
+) -> dict[str, Any]:
+    """One query over ``n`` relays for each ``n`` in ``counts``: ``rows`` conn rows in all,
+    an equal share in each relay's spool.
+
+    The CPU a query spends on the driver side (the reader's process: planning, offsets) is
+    mostly fixed: starting the process, importing pyarrow and the package, reaching each
+    relay. What grows with the rows is what the target is about, so each count also runs
+    over a quarter of the rows, and the marginal CPU per row (``driver_us_per_row``,
+    ``tasks_us_per_row``) is the difference of the two runs over the difference of their
+    rows; ``cpu_us_per_row`` keeps the whole run's figures, start included.
+    """
+    out: dict[str, Any] = {}
+    for n in counts:
+        runs: dict[int, dict[str, Any]] = {}
+        for total in (rows // 4, rows):
+            paths = [str(Path(work) / f"relays-{n}-{total}-{i}") for i in range(n)]
+            for i, path in enumerate(paths):
+                _fill_conn(path, total // n, seed=100 + i)
+            relays = [_Relay(path, 8) for path in paths]
+            try:
+                options = {
+                    "startingOffsets": "earliest",
+                    "ssl.disable": "true",
+                    "format": "zeek-logs",
+                    "logs": "conn",
+                    "schemaWait": "0",
+                    "relay": ",".join(f"127.0.0.1:{r.port}" for r in relays),
+                }
+                runs[total] = _best([_query(spark, options) for _ in range(repeat)])
+                if total == rows:
+                    planning = _planning(options, total)
+            finally:
+                for relay in relays:
+                    relay.close()
+                for path in paths:
+                    shutil.rmtree(path, ignore_errors=True)
+        small, best = runs[rows // 4], runs[rows]
+        best["planning"] = planning
+        best["driver_us_per_row"] = _marginal(small, best, "reader (driver side)")
+        best["tasks_us_per_row"] = _marginal(small, best, "python workers (read/write)")
+        best["driver_us_per_row_whole_run"] = best["cpu_us_per_row"].get(
+            "reader (driver side)", 0.0
+        )
+        best["quarter_run"] = {"rows": small["rows"], "cpu_us_per_row": small["cpu_us_per_row"]}
+        out[str(n)] = best
+    return out
+
+
+def _planning(options: dict[str, str], rows: int, batch_messages: int = 250) -> dict[str, Any]:
+    """The driver side's work alone, in this process, without Spark: the reader plans the
+    relays' whole spools as a stream does (offsets, partitions, commits), in micro-batches
+    of ``batch_messages`` messages (250 Batches of about 400 conn rows: 100,000 rows, what
+    a 500 ms trigger takes at 200,000 rows/s). CPU of this process per row of ``rows``."""
+    from broker_spark.spark.compat import ReadMaxRows
+    from broker_spark.spark.source import BrokerDataSource
+    from broker_spark.spark.zeek_schema import zeek_log_schema
+
+    reader = BrokerDataSource(options).streamReader(zeek_log_schema("conn", relay=True))
+    try:
+        began = time.process_time()
+        start = reader.initialOffset()
+        batches = partitions = 0
+        while True:
+            end = reader.latestOffset(start, ReadMaxRows(batch_messages))
+            if end == start:
+                break
+            partitions += len(reader.partitions(start, end))
+            reader.commit(end)
+            batches += 1
+            start = end
+        cpu = time.process_time() - began
+    finally:
+        reader.stop()
+    return {
+        "batches": batches,
+        "partitions": partitions,
+        "rows": rows,
+        "cpu_s": round(cpu, 4),
+        "us_per_row": round(cpu * 1e6 / max(1, rows), 4),
+    }
+
+
+def _marginal(small: dict[str, Any], big: dict[str, Any], role: str) -> float:
+    """CPU microseconds of ``role`` per row the bigger run read beyond the smaller one."""
+    whole = big["cpu_us_per_row"].get(role, 0.0) * big["rows"]
+    part = small["cpu_us_per_row"].get(role, 0.0) * small["rows"]
+    return round(max(0.0, whole - part) / max(1, big["rows"] - small["rows"]), 3)
+
+
 def _fetch(relay: _Relay, path: str) -> dict[str, Any]:
     """The whole spool's record stream: over one relay connection, and read locally."""
     from broker_spark.spool.relay_client import SpoolClient
@@ -207,6 +307,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=None, help="small events (1,000,000)")
     parser.add_argument("--conn-rows", type=int, default=None, help="conn rows (1,000,000)")
     parser.add_argument("--repeat", type=int, default=None, help="runs of each, best kept (2)")
+    parser.add_argument(
+        "--relays", default="1,2,4", help="relay counts of the one-query-over-relays rows"
+    )
+    parser.add_argument(
+        "--only-relays", action="store_true", help="only the one-query-over-relays rows"
+    )
     args = parser.parse_args()
     events = args.events or (100_000 if args.quick else 1_000_000)
     conn = args.conn_rows or (40_000 if args.quick else 1_000_000)
@@ -217,17 +323,22 @@ def main() -> None:
     spark = _session()
     results: dict[str, Any] = {}
     try:
-        events_path = str(Path(work) / "events")
-        _fill_events(events_path, events)
-        results["events"] = bench_kind(spark, events_path, logs=False, repeat=repeat) | {
-            "records": events
-        }
-        conn_path = str(Path(work) / "conn")
-        messages = _fill_conn(conn_path, conn)
-        results["conn"] = bench_kind(spark, conn_path, logs=True, repeat=repeat) | {
-            "rows": conn,
-            "messages": messages,
-        }
+        if args.only_relays:  # an unmeasured query first: the session's first ones run slow
+            bench_relays(spark, work, conn // 4, (1,), 1)
+        else:
+            events_path = str(Path(work) / "events")
+            _fill_events(events_path, events)
+            results["events"] = bench_kind(spark, events_path, logs=False, repeat=repeat) | {
+                "records": events
+            }
+            conn_path = str(Path(work) / "conn")
+            messages = _fill_conn(conn_path, conn)
+            results["conn"] = bench_kind(spark, conn_path, logs=True, repeat=repeat) | {
+                "rows": conn,
+                "messages": messages,
+            }
+        counts = tuple(int(n) for n in args.relays.split(",") if n)
+        results["relays"] = bench_relays(spark, work, conn, counts, repeat)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -241,6 +352,8 @@ def _table(r: dict[str, Any]) -> None:
     print("| spool | read | rows/s | against local | CPU us/row |")
     print("| --- | --- | ---: | ---: | --- |")
     for kind, label in (("events", "small Zeek events"), ("conn", "conn log, Batches of 400")):
+        if kind not in r:
+            continue
         x = r[kind]
         for key, how in (
             ("local", "local spoolPath"),
@@ -259,6 +372,18 @@ def _table(r: dict[str, Any]) -> None:
         print(
             f"| {label} | bare fetch of {f['mib']:,.0f} MiB | relay {f['relay_mib_per_s']:,.0f} MiB/s"
             f" | local read {f['local_mib_per_s']:,.0f} MiB/s | |"
+        )
+    print()
+    print(
+        "| relays | rows/s | driver side us/row, marginal (target <= 0.2) | tasks us/row, "
+        "marginal | driver side us/row, whole run | CPU us/row, whole run |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+    for n, run in r.get("relays", {}).items():
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())
+        print(
+            f"| {n} | {run['rows_per_s']:,.0f} | {run['driver_us_per_row']:.3f} | "
+            f"{run['tasks_us_per_row']:.2f} | {run['driver_us_per_row_whole_run']:.2f} | {cpu} |"
         )
 
 

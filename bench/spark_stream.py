@@ -25,8 +25,14 @@ What is measured, on a local SparkSession (``local[2]``), in one run:
   pre-encoded (``publish_encoded`` of payloads made from one template), as
   a Zeek node does, whose C++ encoding costs none of the 2 cores: the
   Python encoding in the publisher is a third of the CPU of the other runs.
-- **ceiling**: Spark's built-in ``rate-micro-batch`` source into the same sink
-  with the same trigger, in the same session: what Spark itself manages here.
+- **limits**, measured in the same session, into the same sink:
+  ``rate-micro-batch`` (Spark's own source, no Python) with batches of
+  10,000,000 rows back to back: what the JVM manages here; and a *null Python
+  source*: a Python streaming data source whose partitions yield pre-built Arrow
+  batches of the reader's default schema (1,000,000 and 4,000,000 rows a batch),
+  the most any pure-Python source can deliver through Spark's Python data source
+  API here. Every read figure is also given as a share of the null source's
+  1,000,000-row rate.
 - **write**: ``spark.range(N)`` as ``topic``, ``n``, ``uid``, ``x`` columns (a
   vector per row) written with ``df.write.format("broker")`` to a subscribing
   endpoint in another process; rows per second from the start of ``save()``
@@ -284,7 +290,10 @@ def _session() -> Any:
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    # the workers import the package and the benchmarks' helpers (the null source) by name
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(ROOT / "bench"), path) if p
+    )
     from pyspark.sql import SparkSession
 
     spark = (
@@ -428,22 +437,44 @@ def _per_row(roles: dict[str, float], rows: int) -> dict[str, float]:
     return {role: round(cpu * 1e6 / max(1, rows), 2) for role, cpu in roles.items()}
 
 
-def bench_rate_ceiling(spark: Any, seconds: float, rows_per_batch: int) -> dict[str, Any]:
-    query = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows_per_batch)
-        .load()
-        .writeStream.format("noop")
-        .trigger(processingTime=TRIGGER)
-        .start()
-    )
+def _run_for(query: Any, seconds: float) -> dict[str, Any]:
     try:
         time.sleep(seconds)
         progress = list(query.recentProgress)
     finally:
         query.stop()
     rate, rows, elapsed = _sustained(progress[1:])  # the first batch warms up
-    return {"rows_per_batch": rows_per_batch, "rows": rows, "rows_per_s": rate, "seconds": elapsed}
+    return {"rows": rows, "rows_per_s": rate, "seconds": elapsed}
+
+
+def bench_rate_limit(spark: Any, seconds: float, rows_per_batch: int) -> dict[str, Any]:
+    """``rate-micro-batch`` batches back to back: the JVM's own limit here."""
+    query = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    return {"rows_per_batch": rows_per_batch, **_run_for(query, seconds)}
+
+
+def bench_null_source(spark: Any, seconds: float, rows_per_batch: int) -> dict[str, Any]:
+    """A Python streaming source that yields pre-built Arrow batches of the reader's default
+    schema, two partitions a batch: what any pure-Python source can deliver at most."""
+    from _null_source import NullSource
+
+    spark.dataSource.register(NullSource)
+    query = (
+        spark.readStream.format("bench-null")
+        .option("rowsPerBatch", str(rows_per_batch))
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    return {"rows_per_batch": rows_per_batch, **_run_for(query, seconds)}
 
 
 def bench_write(spark: Any, rows: int) -> dict[str, Any]:
@@ -481,14 +512,6 @@ def bench_write(spark: Any, rows: int) -> dict[str, Any]:
     }
 
 
-def _ceiling_rows(trigger: str) -> int:
-    """Rows per batch that offer ``rate-micro-batch`` 2,000,000 rows/s at ``trigger``
-    (more than it keeps up with here, so it runs back to back)."""
-    number, _, unit = trigger.strip().partition(" ")
-    seconds = float(number) / (1000 if unit.startswith("milli") else 1)
-    return max(1, int(2_000_000 * seconds))
-
-
 def _warm_up(spark: Any, seconds: float) -> None:
     """A read and a write that are not measured, so the measured ones do not pay for the JVM's
     start: its JIT compiler spends more CPU than the query itself during the first minute
@@ -522,7 +545,9 @@ def main() -> None:
             "read_spool": bench_read(spark, seconds, "spool"),
             "read_paced": bench_read(spark, seconds, "auto", PACED_RATE),
             "read_raw": bench_read(spark, seconds, "auto", raw=True),
-            "rate_ceiling": bench_rate_ceiling(spark, seconds, _ceiling_rows(TRIGGER)),
+            "rate_limit": bench_rate_limit(spark, seconds, 10_000_000),
+            "null_source": bench_null_source(spark, seconds, 1_000_000),
+            "null_source_4m": bench_null_source(spark, seconds, 4_000_000),
             "write": bench_write(spark, rows),
             "cpus": os.cpu_count(),
         }
@@ -542,8 +567,12 @@ def _fmt(x: Any, digits: int = 0) -> str:
 
 def _table(r: dict[str, Any]) -> None:
     print(f"Spark end to end on {r['cpus']} cores (local[2], trigger {TRIGGER}, noop sink)\n")
-    print("| measurement | rows/s | rows | seconds | publish -> batch end, median (max) |")
-    print("|---|---:|---:|---:|---|")
+    limit = r["null_source"]["rows_per_s"] or 1.0
+    print(
+        "| measurement | rows/s | share of the null Python source | rows | seconds "
+        "| publish -> batch end, median (max) |"
+    )
+    print("|---|---:|---:|---:|---:|---|")
     paced = f"read, defaults, paced at {PACED_RATE:,.0f} events/s"
     for key, label in (
         ("read_auto", "read, defaults (partitionData=auto: local mode reads the spool)"),
@@ -558,17 +587,24 @@ def _table(r: dict[str, Any]) -> None:
             f"({_fmt(x['delay_oldest_max_s'], 2)} s), "
             f"newest {_fmt(x['delay_newest_median_s'], 2)} s"
         )
+        share = f"{x['rows_per_s'] / limit:.2f}"
         print(
-            f"| {label} | {_fmt(x['rows_per_s'])} | {x['rows']:,} | {_fmt(x['seconds'], 1)} | {delay} |"
+            f"| {label} | {_fmt(x['rows_per_s'])} | {share} | {x['rows']:,} "
+            f"| {_fmt(x['seconds'], 1)} | {delay} |"
         )
-    c = r["rate_ceiling"]
-    print(
-        f"| ceiling: rate-micro-batch ({c['rows_per_batch']:,}/batch) | {_fmt(c['rows_per_s'])} "
-        f"| {c['rows']:,} | {_fmt(c['seconds'], 1)} | |"
-    )
+    for key, label in (
+        ("null_source", "limit: null Python source, 1,000,000 rows a batch"),
+        ("null_source_4m", "limit: null Python source, 4,000,000 rows a batch"),
+        ("rate_limit", "limit: rate-micro-batch (JVM only), 10,000,000 rows a batch"),
+    ):
+        c = r[key]
+        print(
+            f"| {label} | {_fmt(c['rows_per_s'])} | {c['rows_per_s'] / limit:.2f} "
+            f"| {c['rows']:,} | {_fmt(c['seconds'], 1)} | |"
+        )
     w = r["write"]
     print(
-        f"| write: df.write to a subscriber | {_fmt(w['rows_per_s'])} | {w['rows']:,} "
+        f"| write: df.write to a subscriber | {_fmt(w['rows_per_s'])} | | {w['rows']:,} "
         f"| {_fmt(w['seconds'], 1)} | subscriber saw {w['received']:,} at "
         f"{_fmt(w['subscriber_rows_per_s'])}/s |"
     )

@@ -22,6 +22,11 @@ records spooled per second while the sender sends and in all after a short drain
 sender could not hand over (Zeek's drops). Both senders offer 340,000 records a
 second (``--rate``); then the ZeroMQ sender again, as fast as it can, shows where
 the receiving side's limit is (a Zeek that fast would drop what is counted).
+
+Last, **a relay node as the cluster's logger**: ``broker-spark node --spool DIR
+--zeromq-logs ENDPOINT`` as its own process (what runs next to Zeek), fed by the
+same sender paced and as fast as it can; its spool is watched over the relay
+protocol (``bounds``), so these figures include the node's whole path.
 """
 
 from __future__ import annotations
@@ -192,6 +197,81 @@ def run_broker(seconds: float, rate: float = 0.0) -> dict[str, Any]:
         ep.shutdown()
 
 
+def run_relay_node(seconds: float, rate: float = 0.0) -> dict[str, Any]:
+    """The ZeroMQ sender against ``broker-spark node --spool --zeromq-logs`` (a process)."""
+    import re
+    import subprocess
+
+    from broker_spark.spool.relay_client import SpoolClient
+
+    directory = tempfile.mkdtemp(prefix="bench-relay-node-")
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker_spark",
+            "node",
+            "--no-tls",
+            "--no-listen",
+            "--spool",
+            str(Path(directory) / "spool"),
+            "--subscribe",
+            "zeek/logs/",
+            "--zeromq-logs",
+            "tcp://127.0.0.1:0",
+            "--relay",
+            "127.0.0.1:0",
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        said: dict[str, str] = {}
+        assert node.stdout is not None
+        for line in node.stdout:
+            if m := re.match(r"zeromq logs on (\S+)", line):
+                said["zeromq"] = m.group(1)
+            elif m := re.match(r"relay listening on \S+:(\d+)", line):
+                said["relay"] = m.group(1)
+            elif line.strip() == "ready":
+                break
+        here, there = mp.Pipe()
+        sender = mp.Process(target=_zmq_sender, args=(said["zeromq"], seconds, rate, there))
+        sender.start()
+        with SpoolClient.tcp("127.0.0.1", int(said["relay"]), None) as client:
+            client.hello("follow", "bench")
+
+            def spooled() -> int:
+                return int(client.request("bounds")["end"]) * ZEEK_BATCH
+
+            assert here.recv() == "ready"
+            here.send("go")
+            started = time.monotonic()
+            sent, dropped, elapsed = here.recv()
+            during, window = spooled(), time.monotonic() - started
+            settle = time.monotonic() + 30
+            while spooled() < sent and time.monotonic() < settle:
+                time.sleep(0.05)
+            took = time.monotonic() - started
+            total = spooled()
+        sender.join(30)
+    finally:
+        node.terminate()
+        node.wait(30)
+        shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "offered_records": sent + dropped,
+        "sent_records": sent,
+        "dropped_records": dropped,
+        "spooled_records": total,
+        "spooled_while_sending_per_second": round(during / window),
+        "spooled_per_second": round(total / took),
+        "sender_seconds": round(elapsed, 2),
+        "seconds": round(took, 2),
+    }
+
+
 #: Records a second both senders offer: above the 300,000 a second the Spark path aims at.
 OFFERED_RATE = 340_000.0
 
@@ -207,16 +287,19 @@ def main() -> None:
         "broker": run_broker(args.seconds, args.rate),
         "zeromq": run_zeromq(args.seconds, args.rate),
         "zeromq_unpaced": run_zeromq(args.seconds),
+        "relay_node": run_relay_node(args.seconds, args.rate),
+        "relay_node_unpaced": run_relay_node(args.seconds),
     }
-    results["broker"]["offered_rate"] = results["zeromq"]["offered_rate"] = args.rate
+    for name in ("broker", "zeromq", "relay_node"):
+        results[name]["offered_rate"] = args.rate
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print("| path | offered | spooled while sending | spooled in all | dropped by the sender |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name in ("broker", "zeromq", "zeromq_unpaced"):
+    for name in ("broker", "zeromq", "zeromq_unpaced", "relay_node", "relay_node_unpaced"):
         r = results[name]
-        offered = f"{args.rate:,.0f}/s" if name != "zeromq_unpaced" else "as fast as it can"
+        offered = f"{args.rate:,.0f}/s" if not name.endswith("unpaced") else "as fast as it can"
         print(
             f"| {name} | {offered} | {r['spooled_while_sending_per_second']:,}/s | "
             f"{r['spooled_records']:,} of {r['sent_records']:,} | {r['dropped_records']:,} |"

@@ -1,9 +1,13 @@
-"""Shared test configuration: Hypothesis profiles sized for a 2-core CI machine."""
+"""Shared test configuration: Hypothesis profiles sized for a 2-core CI machine, leftovers
+killed, and the `spawn` fixture for tests that run the command as processes."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from broker_spark.spark.receiver_attach import RECEIVER_MODULES
@@ -97,3 +101,23 @@ def _stop_receivers_under(root: str) -> list[tuple[int, str]]:
             with contextlib.suppress(OSError):
                 os.kill(int(name), signal.SIGKILL)
     return found
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator:
+    """Start ``broker-spark`` processes (:class:`test_cli_support.Command`); every one is
+    killed (if need be) and reaped at the end of the test."""
+    from test_cli_support import Command
+
+    started: list[Command] = []
+
+    def start(*args: str, stdin: object = None) -> Command:
+        cmd = Command(*args, tmp=tmp_path / "logs", stdin=stdin)
+        started.append(cmd)
+        return cmd
+
+    try:
+        yield start
+    finally:
+        for cmd in started:
+            cmd.close()

@@ -16,7 +16,13 @@ CONF_FILES = sorted((ROOT / "conf").glob("*.toml"))
 
 def test_the_examples_are_there() -> None:
     names = {p.name for p in CONF_FILES}
-    assert {"standalone.toml", "tls-a.toml", "tls-b.toml", "zeek-facing.toml"} <= names
+    assert {
+        "standalone.toml",
+        "tls-a.toml",
+        "tls-b.toml",
+        "zeek-facing.toml",
+        "relay-zeromq.toml",
+    } <= names
     assert (ROOT / "conf" / "log4j2.properties").is_file()
 
 
@@ -31,6 +37,10 @@ def test_every_example_config_loads(path: Path) -> None:
         assert config.authenticated
     if path.name == "zeek-facing.toml":
         assert settings.websocket is not None and "zeek/" in settings.forward
+    if path.name == "relay-zeromq.toml":
+        assert settings.zeromq_logs == "tcp://127.0.0.1:5557" and settings.listen is None
+        assert settings.spool_dir == str(ROOT / "conf" / "spool")
+        assert settings.metrics == ("127.0.0.1", 9101) and settings.relay == ("127.0.0.1", 9998)
 
 
 def test_log4j2_quiets_spark() -> None:
@@ -153,3 +163,21 @@ def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
     flags = settings_from(args)
     assert (flags.spool_retention_bytes, flags.relay) == (1 << 20, None)
     assert main(["node", "--subscribe", "zeek/", "--no-tls"]) == 2  # topics without a spool
+
+
+def test_zeromq_websocket_and_metrics_sections(tmp_path: Path) -> None:
+    path = tmp_path / "relay.toml"
+    path.write_text(
+        "[zeromq]\nlogs = 'tcp://0.0.0.0:5557'\nproxy = 'zeek-proxy'\n"
+        "curve_client_publickey = 'abc'\n"
+        "[websocket]\npeers = ['ws://zeek:27759/v1/messages/json']\n"
+        "[metrics]\nlisten = '0.0.0.0:9101'\n"
+    )
+    s = load_node_config(path)
+    assert (s.zeromq_logs, s.zeromq_proxy) == ("tcp://0.0.0.0:5557", "zeek-proxy")
+    assert s.curve == {"client_publickey": "abc"}
+    assert s.websocket_peers == ["ws://zeek:27759/v1/messages/json"]
+    assert s.metrics == ("0.0.0.0", 9101)
+    path.write_text("[zeromq]\ncurve_server_key = 'x'\n")
+    with pytest.raises(ConfigError, match="unknown key 'curve_server_key' in \\[zeromq\\]"):
+        load_node_config(path)

@@ -6,7 +6,6 @@ import json
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from spark_fixtures import plain_config, wait_for
@@ -19,22 +18,6 @@ from broker_spark.cli.log_dir import LogDirectory, next_rotation, rotated_name
 pytestmark = pytest.mark.timeout(120)
 
 HTTP = "zeek-logs-http-methods"
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator:
-    started: list[Command] = []
-
-    def start(*args: str) -> Command:
-        cmd = Command(*args, tmp=tmp_path / "stderr")
-        started.append(cmd)
-        return cmd
-
-    try:
-        yield start
-    finally:
-        for cmd in started:
-            cmd.close()
 
 
 @pytest.fixture

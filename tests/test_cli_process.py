@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_cli_support import Command, run_command
 
 from broker_spark.cli import main
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator:
-    """Start ``broker-spark`` processes; every one is killed (if need be) and reaped."""
-    started: list[Command] = []
-
-    def start(*args: str, stdin: object = None) -> Command:
-        cmd = Command(*args, tmp=tmp_path / "logs", stdin=stdin)
-        started.append(cmd)
-        return cmd
-
-    try:
-        yield start
-    finally:
-        for cmd in started:
-            cmd.close()
 
 
 def _port(node: Command) -> int:

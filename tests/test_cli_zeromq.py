@@ -12,7 +12,6 @@ import sys
 import pytest
 import zmq
 from spark_fixtures import free_port, wait_for
-from test_cli_logs import spawn  # noqa: F401 (the fixture)
 from zeek_recordings import ZMQ_LOGS, zmq_local_lines, zmq_messages
 from zeromq_proxy import zeek_node, zeromq_proxy
 

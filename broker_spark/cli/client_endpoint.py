@@ -33,7 +33,9 @@ log = logging.getLogger("broker_spark.cli")
 FINISH_TIMEOUT = 30.0
 
 
-def _zeromq_proxy(text: str | None) -> tuple[str, str] | None:
+def parse_proxy(text: str | None) -> tuple[str, str] | None:
+    """``--zeromq-proxy HOST`` (or two ZeroMQ endpoints) as the proxy's XPUB and XSUB
+    addresses; CliError naming the flag when it is neither."""
     if text is None:
         return None
     from broker_spark.spark.options import BrokerOptionError, parse_zeromq_proxy
@@ -53,7 +55,7 @@ class Client:
         self.watch = watch
         self.peer: tuple[str, int] = args.peer
         self.ws: str | None = getattr(args, "ws", None)
-        self.zeromq: tuple[str, str] | None = _zeromq_proxy(getattr(args, "zeromq_proxy", None))
+        self.zeromq: tuple[str, str] | None = parse_proxy(getattr(args, "zeromq_proxy", None))
         self.wait: float = args.wait
         self.endpoint: Any = None
         self._statuses: Any = None

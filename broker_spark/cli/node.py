@@ -27,6 +27,7 @@ from broker_spark.cli.args import (
 )
 from broker_spark.cli.errors import CliError, UsageError
 from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
+from broker_spark.cli.node_sources import CURVE_FLAGS, NodeSources, add_source_arguments
 
 __all__ = ["register", "run", "serve"]
 
@@ -102,12 +103,6 @@ def register(sub: Any) -> None:
         help="write the Zeek logs that arrive into DIR, one JSON file per log, as Zeek's logger",
     )
     p.add_argument(
-        "--zeromq-logs",
-        metavar="ENDPOINT",
-        help="with --log-dir: take the logs as the logger of a Zeek cluster on the ZeroMQ "
-        "backend, on a PULL socket bound here (tcp://HOST:PORT), instead of from peers",
-    )
-    p.add_argument(
         "--log-rotate",
         type=positive_float,
         metavar="SECONDS",
@@ -150,6 +145,13 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="drop records older than this (default 7 days)",
     )
+    spool.add_argument(
+        "--metrics",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics of the spool and its sources here (/metrics)",
+    )
+    add_source_arguments(p)
     p.add_argument("--ttl", type=int, help="hops a message may travel (default 16)")
     p.add_argument(
         "--no-forwarding", action="store_true", help="never forward messages between peers"
@@ -181,10 +183,16 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("spool_retention", "spool_retention_bytes"),
         ("spool_max_age", "spool_retention_seconds"),
         ("zeromq_logs", "zeromq_logs"),
+        ("zeromq_proxy", "zeromq_proxy"),
+        ("websocket_peer", "websocket_peers"),
+        ("metrics", "metrics"),
     ):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, name, value)
+    flags = {CURVE_FLAGS[f]: getattr(args, f) for f in CURVE_FLAGS if getattr(args, f)}
+    if flags:  # flags replace the file's keys as a whole: a pair must come from one place
+        s.curve = flags
     tls = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
     s.tls = s.tls.replace(**{name: value for name, value in tls.items() if value is not None})
     if args.no_relay:
@@ -202,8 +210,13 @@ def run(args: argparse.Namespace) -> int:
     from broker_spark.cli.signals import stop_on_signals
 
     settings = settings_from(args)
-    if settings.zeromq_logs and not settings.log_dir:
-        raise CliError("--zeromq-logs needs --log-dir: the directory the logs are written into")
+    if settings.zeromq_logs and not settings.log_dir and not settings.spool_dir:
+        raise CliError(
+            "--zeromq-logs needs --spool DIR (keep the logs for Spark readers) and/or "
+            "--log-dir DIR (write them into files)"
+        )
+    if settings.metrics is not None and not settings.spool_dir:
+        raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
     if args.log_level is None and settings.log_level:
         logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
     with stop_on_signals() as stop:
@@ -228,32 +241,30 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
     check_tls(config)
     relay = _relay_node(settings)
     endpoint = Endpoint(config)
+    sources = NodeSources(settings, endpoint, relay.counts if relay is not None else None)
     logger = None
     sink = None
+    metrics = None
     try:
         errors = endpoint.make_status_subscriber()
         _say(f"node {endpoint.node_id()}")
         if relay is not None:  # subscribed before any peering, as the log sink
             relay.subscribe(endpoint)
+        zeromq_logs = sources.open_zeromq_logs()
+        if zeromq_logs is not None:
+            _say(f"zeromq logs on {zeromq_logs.endpoint}")
+        for_files = zeromq_logs
+        if zeromq_logs is not None and relay is not None:
+            if settings.log_dir:  # both keep every batch: one socket, two consumers
+                from broker_spark.spool.tee import Tee
+
+                tee = Tee(zeromq_logs)
+                relay.take_from(tee)
+                for_files = tee.second
+            else:
+                relay.take_from(zeromq_logs)
         if settings.log_dir:  # subscribed before any peering: peers learn it in the handshake
-            from broker_spark.cli.log_dir import LogDirectory, LogSink
-
-            directory = LogDirectory(settings.log_dir, settings.log_rotate)
-            source = None
-            if settings.zeromq_logs:
-                from broker_spark.cli.logs import zeromq_log_receiver
-
-                source = zeromq_log_receiver(settings.zeromq_logs)
-                _say(f"zeromq logs on {source.endpoint}")
-            sink = LogSink(endpoint, directory, settings.log_topics, source)
-            log.info(
-                "writing Zeek logs from %s into %s (%s)",
-                source.endpoint if source is not None else " ".join(settings.log_topics),
-                settings.log_dir,
-                f"rotated every {settings.log_rotate:g} s"
-                if settings.log_rotate
-                else "no rotation",
-            )
+            sink = _log_sink(endpoint, settings, for_files)
         if settings.forward:
             endpoint.forward(settings.forward)
         _attach_stores(endpoint, settings)
@@ -274,26 +285,58 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
                 )
             _say(f"websocket listening on {_where((settings.websocket[0], port))}")
         errors.reset()
-        logger = _StatusLogger(endpoint)  # from here on, statuses and errors go to the log
+        # from here on, statuses and errors go to the log (and refusals into the counts)
+        logger = _StatusLogger(endpoint, relay.counts if relay is not None else None)
         for peer in settings.peers:
             log.info("peering with %s (redialling every %g s)", _where(peer), settings.retry)
             endpoint.peer_nosync(peer[0], peer[1], settings.retry)
+        sources.start(list(settings.spool_topics or settings.forward), settings.retry)
         if relay is not None:
             port = relay.start(_relay_tls(config))
             if port is not None and settings.relay is not None:
                 _say(f"relay listening on {_where((settings.relay[0], port))}")
+            if settings.metrics is not None:
+                metrics = _metrics(relay, settings.metrics)
+                _say(f"metrics listening on {_where((settings.metrics[0], metrics.port))}")
         _say("ready")
         while not stop.wait(0.5):
             pass
         log.info("shutting down")
     finally:
+        if metrics is not None:
+            metrics.close()
         if logger is not None:
             logger.stop()
+        sources.stop()
         if sink is not None:
             sink.stop()
         if relay is not None:
             relay.stop()
         endpoint.shutdown()
+
+
+def _log_sink(endpoint: Any, settings: NodeSettings, source: Any) -> Any:
+    """``--log-dir``: the logs of the endpoint's log topics, or of ``source`` (ZeroMQ)."""
+    from broker_spark.cli.log_dir import LogDirectory, LogSink
+
+    directory = LogDirectory(settings.log_dir or "", settings.log_rotate)
+    sink = LogSink(endpoint, directory, settings.log_topics, source)
+    log.info(
+        "writing Zeek logs from %s into %s (%s)",
+        settings.zeromq_logs if source is not None else " ".join(settings.log_topics),
+        settings.log_dir,
+        f"rotated every {settings.log_rotate:g} s" if settings.log_rotate else "no rotation",
+    )
+    return sink
+
+
+def _metrics(relay: Any, address: tuple[str, int]) -> Any:
+    from broker_spark.spool.metrics import MetricsServer
+
+    try:
+        return MetricsServer(relay.status, *address)
+    except OSError as exc:
+        raise CliError(f"cannot serve the metrics on {_where(address)}: {exc}") from None
 
 
 def _relay_node(settings: NodeSettings) -> Any:
@@ -350,10 +393,22 @@ def _attach_stores(endpoint: Any, settings: NodeSettings) -> None:
         log.info("clone of store %s", name)
 
 
-class _StatusLogger:
-    """Logs the endpoint's statuses (INFO) and errors (WARNING) from a thread of its own."""
+#: Errors that mean a peer's connection or message was turned away (what a relay counts).
+_REFUSALS = {
+    "peer_invalid": "connection",
+    "peer_incompatible": "connection",
+    "peer_disconnect_during_handshake": "connection",
+    "invalid_message": "undecodable",
+    "deserialization_failed": "undecodable",
+}
 
-    def __init__(self, endpoint: Any) -> None:
+
+class _StatusLogger:
+    """Logs the endpoint's statuses (INFO) and errors (WARNING) from a thread of its own;
+    with ``counts`` (a relay's), counts each refused connection or message of a peer."""
+
+    def __init__(self, endpoint: Any, counts: Any = None) -> None:
+        self._counts = counts
         self._sub = endpoint.make_status_subscriber(receive_statuses=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-spark-status", daemon=True)
@@ -361,6 +416,7 @@ class _StatusLogger:
 
     def _run(self) -> None:
         from broker_spark.errors import BrokerError
+        from broker_spark.status import Error
 
         while not self._stop.is_set():
             try:
@@ -369,6 +425,10 @@ class _StatusLogger:
                 return  # the endpoint shut down
             for item in items:
                 log_status(item)
+                if self._counts is not None and isinstance(item, Error):
+                    reason = _REFUSALS.get(item.code().snake_name)
+                    if reason is not None:
+                        self._counts.refused("broker", reason)
 
     def stop(self) -> None:
         self._stop.set()

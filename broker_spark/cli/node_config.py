@@ -10,6 +10,7 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
 
     [websocket]
     listen = "127.0.0.1:9997"    # Zeek's WebSocket JSON API (wss unless TLS is off)
+    peers = ["ws://zeek:27759/v1/messages/json"]  # WebSocket APIs to subscribe at
 
     [tls]
     disable = false               # true: plain TCP (Broker's disable_ssl)
@@ -44,6 +45,18 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     dir = "zeek-logs"             # one PATH.log per log (conn.log, dns.log, ...)
     rotate = 3600                 # seconds between rotations (0: never)
     topics = ["zeek/logs/"]       # where the logs arrive
+
+    [zeromq]                      # a Zeek cluster on the ZeroMQ backend
+    logs = "tcp://0.0.0.0:5557"   # be one of its loggers: a PULL socket bound here
+    proxy = "zeek-proxy"          # take events through its XPUB/XSUB proxy (HOST, or
+                                  # "tcp://HOST:5555,tcp://HOST:5556")
+    curve_server_publickey = ""   # CURVE as Zeek's options of the same names (or its
+    curve_server_secretkey = ""   # ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* variables)
+    curve_client_publickey = ""
+    curve_client_secretkey = ""
+
+    [metrics]
+    listen = "127.0.0.1:9101"     # Prometheus metrics of the spool and its sources
 
 Relative paths (certificates, SQLite files) are relative to the directory of
 the file, so a configuration works from any working directory. Unknown
@@ -116,6 +129,10 @@ class NodeSettings:
     spool_retention_bytes: int | None = 1 << 30
     spool_retention_seconds: float | None = 7 * 24 * 3600.0
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
+    zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
+    curve: dict[str, str] = field(default_factory=dict)  # CURVE keys, named as Zeek's options
+    websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
+    metrics: HostPort | None = None  # serve Prometheus metrics here
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -206,7 +223,19 @@ def load_node_config(path: str | Path) -> NodeSettings:
     r.keys(
         "the file",
         doc,
-        ["endpoint", "websocket", "tls", "options", "master", "clone", "log", "logs", "spool"],
+        [
+            "endpoint",
+            "websocket",
+            "tls",
+            "options",
+            "master",
+            "clone",
+            "log",
+            "logs",
+            "spool",
+            "zeromq",
+            "metrics",
+        ],
     )
     s = NodeSettings()
     ep = r.keys("[endpoint]", doc.get("endpoint", {}), ["listen", "peers", "retry", "forward"])
@@ -220,9 +249,10 @@ def load_node_config(path: str | Path) -> NodeSettings:
         raise r.fail("[endpoint] retry must be zero or more")
     s.retry = float(retry)
     s.forward = r.strings("[endpoint]", "forward", ep.get("forward", []))
-    ws = r.keys("[websocket]", doc.get("websocket", {}), ["listen"])
+    ws = r.keys("[websocket]", doc.get("websocket", {}), ["listen", "peers"])
     if "listen" in ws:
         s.websocket = r.address("[websocket]", "listen", ws["listen"])
+    s.websocket_peers = r.strings("[websocket]", "peers", ws.get("peers", []))
     tls = r.keys(
         "[tls]",
         doc.get("tls", {}),
@@ -254,6 +284,10 @@ def load_node_config(path: str | Path) -> NodeSettings:
     _spool_section(r, doc, s)
     if "zeromq" in logs:
         s.zeromq_logs = r.typed("[logs]", "zeromq", logs["zeromq"], str)
+    _zeromq_section(r, doc, s)
+    metrics = r.keys("[metrics]", doc.get("metrics", {}), ["listen"])
+    if "listen" in metrics:
+        s.metrics = r.address("[metrics]", "listen", metrics["listen"])
     try:
         s.configuration()  # option values checked now, with the file's name
     except ConfigError as exc:
@@ -277,6 +311,27 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
             if value <= 0:
                 raise r.fail(f"[spool] {key} must be positive")
             setattr(s, f"spool_{key}", int(value) if key == "retention_bytes" else float(value))
+
+
+#: The CURVE keys of ``[zeromq]``, named as Zeek's ``Cluster::Backend::ZeroMQ`` options.
+CURVE_KEYS = (
+    "curve_server_publickey",
+    "curve_server_secretkey",
+    "curve_client_publickey",
+    "curve_client_secretkey",
+)
+
+
+def _zeromq_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
+    zeromq = r.keys("[zeromq]", doc.get("zeromq", {}), ["logs", "proxy", *CURVE_KEYS])
+    if "logs" in zeromq:
+        s.zeromq_logs = r.typed("[zeromq]", "logs", zeromq["logs"], str)
+    if "proxy" in zeromq:
+        s.zeromq_proxy = r.typed("[zeromq]", "proxy", zeromq["proxy"], str)
+    for key in CURVE_KEYS:
+        value = r.typed("[zeromq]", key, zeromq.get(key, ""), str)
+        if value:
+            s.curve[key.removeprefix("curve_")] = value
 
 
 def _tables(r: _Reader, doc: dict[str, Any], name: str) -> list[Any]:

@@ -1,12 +1,13 @@
 """``broker-spark node --spool DIR --subscribe PREFIX...``: an always-on relay for readers.
 
-The node appends every message on the subscribed topics to a durable spool
-(the stream reader's own format: dense offsets, segments, retention) and
-serves it with the spool protocol over TCP (TLS with the node's TLS
-settings, as its peerings): a Spark reader with ``.option("relay", ...)``
-replays from its checkpoint and follows live, so a query that is down (a
-deploy, a failure, a driver that crashed) misses nothing the relay kept.
-See ``docs/relay.md``.
+The node appends what it receives to a durable spool (the stream reader's own
+format: dense offsets, segments, retention): every message on the subscribed
+topics from its peers, a WebSocket API or a ZeroMQ proxy, and, as a Zeek
+cluster's logger, every log batch of ``--zeromq-logs``. It serves the spool
+with the spool protocol over TCP (TLS with the node's TLS settings, as its
+peerings): a Spark reader with ``.option("relay", ...)`` replays from its
+checkpoint and follows live, so a query that is down (a deploy, a failure, a
+driver that crashed) misses nothing the relay kept. See ``docs/relay.md``.
 """
 
 from __future__ import annotations
@@ -80,9 +81,24 @@ class RelayNode:
         )
         self.server: Any = None
 
+    @property
+    def counts(self) -> Any:
+        """What arrived from each source and what was refused (the service's)."""
+        return self.service.counts
+
     def subscribe(self, endpoint: Any) -> None:
         """Before the endpoint peers: peers learn the subscription in the handshake."""
         self.service.subscribe(endpoint)
+
+    def take_from(self, source: Any) -> None:
+        """Keep Zeek's log batches of a ZeroMQ logger socket too (before :meth:`start`)."""
+        self.service.take_from(source, "zeromq-logs")
+
+    def status(self) -> dict[str, Any]:
+        """What ``status --relay`` shows: the spool, its sources, peers and readers."""
+        out = self.service.status()
+        out["readers"] = self.server.readers() if self.server is not None else []
+        return out
 
     def start(self, tls: Any) -> int | None:
         """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""

@@ -148,6 +148,17 @@ def format_spool_status(status: dict[str, Any]) -> list[str]:
     lines.append(f"peers          {len(peers)}")
     for p in peers:
         lines.append(f"  {p.get('address') or '-'}  {p.get('id') or '-'}  {p.get('status')}")
+    sources = status.get("sources") or []
+    if sources:
+        lines.append(f"sources        {len(sources)}")
+        rows = [["KIND", "NAME", "ARRIVED", "REFUSED"]]
+        for s in sources:
+            refused = s.get("refused") or {}
+            said = ", ".join(f"{reason} {n:,}" for reason, n in sorted(refused.items()) if n)
+            rows.append(
+                [str(s.get("kind")), str(s.get("name")), f"{s.get('arrived', 0):,}", said or "-"]
+            )
+        lines += table(rows)
     lines += [
         f"offsets        first {start:,}, next {end:,} ({end - start:,} records held)",
         f"bytes          {_bytes(int(status.get('bytes') or 0))}",

@@ -10,7 +10,8 @@ schema Spark hands the reader, never one we infer.
 Columns, by name (matched case-insensitively, as Spark does):
 
 * ``topic``, ``sender`` (STRING), ``received_at`` (TIMESTAMP), ``offset`` (LONG):
-  the record's metadata;
+  the record's metadata; ``relay`` (STRING) the id of the relay it was read from
+  (null when it was not), which with ``offset`` says where a record is;
 * ``data`` (STRING): the value as Zeek JSON text;
 * ``event``, ``args`` (STRING): a Zeek event's name and its arguments as a JSON
   array of Zeek JSON values; null when the value is not an event;
@@ -73,7 +74,7 @@ ZEEK_SCHEMA = DEFAULT_SCHEMA.append(pa.field("event", pa.string())).append(
 )
 
 _UNDECODABLE = object()
-_TEXT_COLUMNS = ("topic", "sender", "data", "event", "args")
+_TEXT_COLUMNS = ("topic", "sender", "data", "event", "args", "relay")
 _METADATA = frozenset({*_TEXT_COLUMNS, "received_at", "offset"})
 
 
@@ -89,9 +90,14 @@ class RecordConversionError(BrokerError, ValueError):
     code = EC.ConversionFailed
 
 
-def default_schema(fmt: str = "default") -> pa.Schema:
-    """The Arrow schema of the default output (``fmt="zeek"`` adds ``event``, ``args``)."""
-    return ZEEK_SCHEMA if fmt == "zeek" else DEFAULT_SCHEMA
+RELAY_FIELD = pa.field("relay", pa.string())
+
+
+def default_schema(fmt: str = "default", relay: bool = False) -> pa.Schema:
+    """The Arrow schema of the default output (``fmt="zeek"`` adds ``event``, ``args``;
+    ``relay`` the id of the relay a row comes from)."""
+    schema = ZEEK_SCHEMA if fmt == "zeek" else DEFAULT_SCHEMA
+    return schema.append(RELAY_FIELD) if relay else schema
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -128,6 +134,8 @@ class RecordConverter:
         self.strict = mode == "FAILFAST"
         self.misfits = 0
         self.undecodable = 0
+        #: The id of the relay the records come from (a relay reader sets it per partition).
+        self.relay: str | None = None
         self._roles: list[str | int] = []  # a metadata name, or a value column's position
         self._value_fields: list[pa.Field] = []
         for f in self.schema:
@@ -238,6 +246,8 @@ class RecordConverter:
                 arrays.append(_as_array(senders, f.type))
             elif role == "offset":
                 arrays.append(_as_array(offsets, pa.int64()))
+            elif role == "relay":
+                arrays.append(pa.repeat(pa.scalar(self.relay, f.type), len(offsets)))
             elif role == "received_at":
                 ns = _as_array(received, pa.timestamp("ns", tz=f.type.tz))
                 arrays.append(ns.cast(f.type, safe=False))

@@ -2,9 +2,17 @@
 
 Spark keeps a source's offsets as JSON text (``json.dumps`` of the dict the
 reader returns) and decides whether a batch is new by comparing that text, so
-equal offsets must always serialize to the same characters: one key,
-``offset``, the spool's next offset (exclusive end of what a batch covers),
-built in one place with a fixed key order.
+equal offsets must always serialize to the same characters, built in one place
+with a fixed key order:
+
+* one spool (the reader's own, a ``spoolPath``'s receiver): ``{"offset": N}``,
+  the spool's next offset (exclusive end of what a batch covers);
+* relays (``relay=h1:p1,h2:p2``): ``{"relays": {ID: {"at": "h1:p1", "offset": N},
+  ...}}``, one position per relay keyed by its ``relay-id``, as Spark's Kafka
+  source keeps one per partition; ``at`` is where the relay was, so a relay that
+  is unreachable when a query restarts is known for what it is, and one that
+  left the options can be named. A checkpoint of a query that read one relay
+  with an earlier release holds ``{"offset": N}``: it is that relay's position.
 """
 
 from __future__ import annotations
@@ -16,9 +24,10 @@ from typing import Any
 
 from broker_spark.errors import EC, BrokerError
 
-__all__ = ["OffsetError", "SpoolOffset", "plan_partitions"]
+__all__ = ["OffsetError", "RelayOffsets", "SpoolOffset", "plan_partitions"]
 
 _KEY = "offset"
+_RELAYS = "relays"
 
 
 class OffsetError(BrokerError, ValueError):
@@ -67,6 +76,79 @@ class SpoolOffset:
         if isinstance(obj, (str, bytes)):
             raise OffsetError(f'offset {text!r} is not {{"offset": <non-negative integer>}}')
         return cls.from_dict(obj)
+
+
+@dataclass(frozen=True)
+class RelayOffsets:
+    """Positions in several relays' spools: ``positions`` by relay id, ``addresses`` (the
+    ``host:port`` each was read at) by relay id. ``legacy`` holds the position of a checkpoint
+    written for one relay before offsets were kept per relay (no id known)."""
+
+    positions: Mapping[str, int]
+    addresses: Mapping[str, str]
+    legacy: int | None = None
+
+    def __post_init__(self) -> None:
+        for key, value in self.positions.items():
+            if type(value) is not int or value < 0 or not key:
+                raise OffsetError(f"relay position {key!r}: {value!r} is not an offset")
+
+    def to_dict(self) -> dict[str, Any]:
+        relays = {
+            key: {"at": self.addresses.get(key, ""), _KEY: self.positions[key]}
+            for key in sorted(self.positions)
+        }
+        return {_RELAYS: relays}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any] | str) -> RelayOffsets:
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except (ValueError, TypeError) as exc:
+                raise OffsetError(f"offset {obj!r} is not JSON: {exc}") from None
+        if isinstance(obj, Mapping) and set(obj) == {_KEY}:
+            return cls({}, {}, legacy=SpoolOffset.from_dict(obj).offset)
+        bad = OffsetError(
+            f'offset {obj!r} is not {{"relays": {{ID: {{"at": HOST:PORT, "offset": N}}}}}}'
+        )
+        if not isinstance(obj, Mapping) or set(obj) != {_RELAYS}:
+            raise bad
+        relays = obj[_RELAYS]
+        if not isinstance(relays, Mapping):
+            raise bad
+        positions: dict[str, int] = {}
+        addresses: dict[str, str] = {}
+        for key, entry in relays.items():
+            if not isinstance(entry, Mapping) or type(entry.get(_KEY)) is not int:
+                raise bad
+            positions[str(key)] = entry[_KEY]
+            addresses[str(key)] = str(entry.get("at") or "")
+        return cls(positions, addresses)
+
+
+def fair_shares(available: Mapping[str, int], limit: int) -> dict[str, int]:
+    """How many of ``available`` records each source may give when ``limit`` is shared among
+    them (``maxRecordsPerTrigger`` over several relays): equal shares, and what a source
+    cannot use goes to the others (water filling); each source with records gets at least
+    one, and the result depends only on the arguments."""
+    left = max(limit, 0)
+    wanting = {k: n for k, n in available.items() if n > 0}
+    shares = dict.fromkeys(available, 0)
+    while wanting and left > 0:
+        each = max(1, left // len(wanting))
+        for key in sorted(wanting):
+            take = min(each, wanting[key], left)
+            shares[key] += take
+            wanting[key] -= take
+            left -= take
+            if left <= 0:
+                break
+        wanting = {k: n for k, n in wanting.items() if n > 0}
+    for key, n in available.items():  # a source that has records is never starved
+        if n > 0 and shares[key] == 0:
+            shares[key] = 1
+    return shares
 
 
 def plan_partitions(

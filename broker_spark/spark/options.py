@@ -194,7 +194,7 @@ class ReaderOptions:
     logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
     columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
     schema_wait: float = DEFAULT_SCHEMA_WAIT
-    relay: HostPort | None = None  # read a relay's spool (broker-spark node --spool) instead
+    relays: tuple[HostPort, ...] = ()  # read relays' spools (broker-spark node --spool) instead
     receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
     receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
     #: the options as given (canonical names, texts): what a receiver process is started with
@@ -422,8 +422,8 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
                 "reads Zeek's logs on its own: leave out listen, peer, websocket and zeromq.proxy",
             )
     relay_text = raw.nonempty("relay")
-    relay = parse_host_port(relay_text, "relay") if relay_text else None
-    if relay is not None:
+    relays = _relays(relay_text) if relay_text else ()
+    if relays:
         for name in ("listen", "peer", "websocket", "store", "zeromq.logs", "zeromq.proxy"):
             if raw.get(name) is not None:
                 raise BrokerOptionError(
@@ -443,7 +443,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         )
     partition_data = raw.choice("partitionData", PARTITION_DATA, "auto")
     spool_path = raw.nonempty("spoolPath")
-    if partition_data == "spool" and relay is not None:
+    if partition_data == "spool" and relays:
         raise BrokerOptionError(
             "partitionData", "spool", "contradicts relay: tasks fetch from the relay (auto)"
         )
@@ -480,11 +480,24 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         logs=logs,
         columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
         schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
-        relay=relay,
+        relays=relays,
         receiver=raw.boolean("receiver", True),
         receiver_idle_timeout=idle_timeout,
         given=tuple(sorted(raw.values.items())),
     )
+
+
+def _relays(text: str) -> tuple[HostPort, ...]:
+    """``relay``: one ``host:port`` or several, comma-separated (one stream over them all)."""
+    relays: list[HostPort] = []
+    for part in text.split(","):
+        if not part.strip():
+            raise BrokerOptionError("relay", text, "names an empty relay (a stray comma?)")
+        relay = parse_host_port(part.strip(), "relay")
+        if relay in relays:
+            raise BrokerOptionError("relay", text, f"names {part.strip()} twice")
+        relays.append(relay)
+    return tuple(relays)
 
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|min|m|h|)\Z")

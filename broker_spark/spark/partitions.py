@@ -125,14 +125,23 @@ class SpoolPartition(InputPartition):
         self.schemas: list | None = None
         self.local_token: str | None = None
         self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
+        self.relay_id: str | None = None  # the spool id of that relay (checked by the task)
 
     @classmethod
     def relayed(
-        cls, start: int, end: int, relay: Any, ssl: Any, fail_on_data_loss: bool
+        cls,
+        start: int,
+        end: int,
+        relay: Any,
+        ssl: Any,
+        fail_on_data_loss: bool,
+        relay_id: str | None = None,
     ) -> SpoolPartition:
-        """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)."""
+        """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)
+        whose spool is ``relay_id``."""
         part = cls(start, end, fail_on_data_loss=fail_on_data_loss)
         part.relay = (relay, ssl)
+        part.relay_id = relay_id
         return part
 
     @classmethod
@@ -187,7 +196,7 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
         relay, ssl = partition.relay
 
         def read(lo: int, hi: int) -> bytes:
-            return fetch_from_relay(relay, ssl, lo, hi)
+            return fetch_from_relay(relay, ssl, lo, hi, relay_id=partition.relay_id)
 
         return _read_range(partition, read)
     assert partition.spool_path is not None
@@ -201,7 +210,9 @@ def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
         return read(lo, partition.end), partition.end - lo
     except DataLossError as exc:
         if partition.fail_on_data_loss:
-            raise DataLossError(exc.start, exc.end, exc.earliest).with_traceback(None) from None
+            raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
+                None
+            ) from None
         lo = min(max(exc.earliest, partition.start), partition.end)
         log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
         return read(lo, partition.end), partition.end - lo

@@ -9,16 +9,18 @@ so the readers do not care who receives:
 * :class:`ReceiverRuntime`: a ``spoolPath`` whose receiver process
   (:mod:`.receiver`) receives; the reader reads the spool from the disk
   through a read-only view and asks the receiver for its bounds;
-* :class:`RelayRuntime`: ``relay=host:port``; the spool is the relay's, its
-  bounds and Zeek log schemas come over the spool protocol, and a range is
-  fetched from the relay by whoever reads it (the tasks themselves, or the
-  driver side for inline partitions).
+* :class:`RelayRuntime`: one relay of ``relay=host:port,...``; the spool is the
+  relay's, its bounds and Zeek log schemas come over the spool protocol, and a
+  range is fetched from the relay by whoever reads it (the tasks themselves, or
+  the driver side for inline partitions). :class:`RelaySet` holds one per relay
+  of the option: the reader keeps a position in each.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from broker_spark.config import TLSSettings
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a range may take to come from a relay.
 FETCH_TIMEOUT = 300.0
+#: Seconds a task tries again to reach a relay it cannot (a restart, a cut): after that the
+#: task fails (and Spark retries it, or the query fails with the reason).
+TASK_RETRY = 120.0
 
 
 def tls_context(ssl: TLSSettings) -> Any:
@@ -59,11 +64,13 @@ def tls_context(ssl: TLSSettings) -> Any:
     return contexts.client if contexts is not None else None
 
 
-def reader_runtime(options: ReaderOptions, *, logs: bool, index_interval: int) -> Runtime:
-    """Who receives for a stream reader: a relay, the receiver process of its ``spoolPath``,
+def reader_runtime(
+    options: ReaderOptions, *, logs: bool, index_interval: int
+) -> Runtime | RelaySet:
+    """Who receives for a stream reader: relays, the receiver process of its ``spoolPath``,
     or (a private spool, or ``receiver=false``) the reader's own process."""
-    if options.relay is not None:
-        return RelayRuntime(options, logs=logs)
+    if options.relays:
+        return RelaySet(options, logs=logs)
     if options.spool.path and options.receiver:
         return ReceiverRuntime(
             options, logs=logs, index_interval=index_interval, retry=RECONNECT_INTERVAL
@@ -147,12 +154,47 @@ class ReceiverRuntime:
 
 
 def fetch_from_relay(
-    relay: HostPort, ssl: TLSSettings, start: int, end: int, timeout: float = FETCH_TIMEOUT
+    relay: HostPort,
+    ssl: TLSSettings,
+    start: int,
+    end: int,
+    timeout: float = FETCH_TIMEOUT,
+    relay_id: str | None = None,
+    retry: float = TASK_RETRY,
 ) -> bytes:
     """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
-    relay reader does). Raises :class:`DataLossError` when the relay no longer holds them."""
+    relay reader does). A relay that cannot be reached (it restarts, the network is cut) is
+    tried again for ``retry`` seconds. Raises :class:`DataLossError` when the relay no
+    longer holds the range, or serves another spool than ``relay_id``."""
+    deadline = time.monotonic() + retry
+    delay = 0.2
+    while True:
+        try:
+            return _fetch_once(relay, ssl, start, end, timeout, relay_id)
+        except SpoolClientError as exc:
+            if time.monotonic() + delay > deadline:
+                raise SpoolClientError(
+                    f"{exc} (tried again for {retry:g} s: a task reads its range from the relay "
+                    "it was planned on)"
+                ) from None
+            log.warning("relay %s: %s; trying again in %.1f s", relay, exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _fetch_once(
+    relay: HostPort, ssl: TLSSettings, start: int, end: int, timeout: float, relay_id: str | None
+) -> bytes:
     with SpoolClient.tcp(relay.host, relay.port, tls_context(ssl)) as client:
-        client.hello("follow", "task")
+        welcome = client.hello("follow", "task")
+        if relay_id is not None and welcome.get("relay") != relay_id:
+            raise DataLossError(
+                start,
+                end,
+                end,
+                f"relay {relay} now serves another spool (id {welcome.get('relay')}, planned on "
+                f"{relay_id}): offsets {start} to {end - 1} of the planned one are not there",
+            )
         try:
             return client.fetch(start, end, timeout)
         except RelayError as exc:
@@ -181,17 +223,23 @@ class RelayView:
 
 
 class RelayRuntime:
-    """The reader's side of ``relay=host:port``: the relay's bounds and schemas, and fetches."""
+    """The reader's side of one relay: its id, bounds and schemas, and fetches.
 
-    def __init__(self, options: ReaderOptions, *, logs: bool) -> None:
-        assert options.relay is not None
+    ``reachable`` says whether the last look at the relay worked; a relay that
+    stops answering keeps its last known bounds (nothing new is planned from it)
+    and is said so in the log once, and again when it is back.
+    """
+
+    def __init__(self, options: ReaderOptions, relay: HostPort, *, logs: bool) -> None:
         self.options = options
-        self.relay = options.relay
-        self.where = f"relay {options.relay}"
+        self.relay = relay
+        self.where = f"relay {relay}"
         self.spool_path = ""
         self.spool = RelayView(self)
         self.history = LogSchemaHistory() if logs else None
         self.relay_id: str | None = None
+        self.reachable = False
+        self.problem: str | None = None  # why it is not reachable
         self._client: SpoolClient | None = None
         self._latest: int | None = None
         self._lock = threading.Lock()  # the client is shared with the frames thread
@@ -249,6 +297,7 @@ class RelayRuntime:
             self._bounds()
             self._latest = self.spool.end
             self._opened = True
+            self._reached()
         return self.spool
 
     def reconcile(self, checkpoint: int) -> None:
@@ -264,12 +313,27 @@ class RelayRuntime:
         """Nothing: the relay does the peering."""
 
     def check(self) -> RelayView:
-        self.open_spool()
+        """The relay's bounds now; an unreachable relay keeps its last known ones."""
         try:
-            self._bounds()
+            if not self._opened:
+                self.open_spool()
+            else:
+                self._bounds()
+                self._reached()
         except SpoolClientError as exc:  # the relay restarts: plan nothing new meanwhile
-            log.warning("%s: %s; keeping its last known end %d", self.where, exc, self.spool.end)
+            self._unreachable(str(exc))
         return self.spool
+
+    def _reached(self) -> None:
+        if not self.reachable and self.problem is not None:
+            log.warning("%s is back: reading it from offset %d on", self.where, self.spool.start)
+        self.reachable, self.problem = True, None
+
+    def _unreachable(self, why: str) -> None:
+        if self.reachable or self.problem is None:
+            known = f"; keeping its last known end {self.spool.end}" if self._opened else ""
+            log.warning("%s cannot be reached: %s%s", self.where, why, known)
+        self.reachable, self.problem = False, why
 
     def fetch(self, start: int, end: int) -> bytes:
         with self._lock:
@@ -295,6 +359,46 @@ class RelayRuntime:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class RelaySet:
+    """The reader's side of ``relay=h1:p1,h2:p2,...``: one :class:`RelayRuntime` each.
+
+    A relay that cannot be reached never stops the others: the reader plans
+    from those it reaches, and takes the others up where they were once they
+    answer. Only when none answers at the start does the query fail, naming
+    each and why.
+    """
+
+    def __init__(self, options: ReaderOptions, *, logs: bool) -> None:
+        self.options = options
+        self.members = [RelayRuntime(options, r, logs=logs) for r in options.relays]
+        self.spool_path = ""
+
+    def open(self) -> None:
+        """Reach every relay once; fail only when none answers."""
+        problems = []
+        for member in self.members:
+            member.check()
+            if not member.reachable:
+                problems.append(f"{member.where}: {member.problem}")
+        if len(problems) == len(self.members):
+            raise SpoolClientError("no relay can be reached: " + "; ".join(problems))
+
+    def check(self) -> None:
+        for member in self.members:
+            member.check()
+
+    def by_id(self) -> dict[str, RelayRuntime]:
+        """The relays whose id is known (reached at least once in this run), by id."""
+        return {m.relay_id: m for m in self.members if m.relay_id is not None}
+
+    def unreachable(self) -> list[str]:
+        return [str(m.relay) for m in self.members if not m.reachable]
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
 
 
 #: Whoever receives for a stream reader.

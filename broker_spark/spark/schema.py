@@ -12,6 +12,8 @@ DEFAULT_DDL = "topic STRING, data STRING, sender STRING, received_at TIMESTAMP, 
 ZEEK_DDL = DEFAULT_DDL + ", event STRING, args STRING"
 
 
-def default_ddl(fmt: str = "default") -> str:
-    """The default schema of ``format`` (``"zeek"`` adds ``event``, ``args``) as Spark DDL."""
-    return ZEEK_DDL if fmt == "zeek" else DEFAULT_DDL
+def default_ddl(fmt: str = "default", relay: bool = False) -> str:
+    """The default schema of ``format`` (``"zeek"`` adds ``event``, ``args``) as Spark DDL;
+    read from relays, ``relay`` (the id of the relay a row comes from) ends it."""
+    ddl = ZEEK_DDL if fmt == "zeek" else DEFAULT_DDL
+    return ddl + ", relay STRING" if relay else ddl

@@ -85,7 +85,7 @@ class BrokerDataSource(DataSource):
             from broker_spark.spark.zeek_reader import offered_schema
 
             return offered_schema(options)
-        return default_ddl(options.format)
+        return default_ddl(options.format, relay=bool(options.relays))
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -96,9 +96,15 @@ class BrokerDataSource(DataSource):
         if options.store is not None:
             return StoreChangeReader(options, arrow, parallelism)
         if options.format == "zeek-logs":
-            from broker_spark.spark.zeek_reader import ZeekLogStreamReader
+            from broker_spark.spark.zeek_reader import ZeekLogRelayStreamReader, ZeekLogStreamReader
 
+            if options.relays:
+                return ZeekLogRelayStreamReader(options, arrow, schema, parallelism)
             return ZeekLogStreamReader(options, arrow, schema, parallelism)
+        if options.relays:
+            from broker_spark.spark.relay_reader import RelayStreamReader
+
+            return RelayStreamReader(options, arrow, parallelism)
         return BrokerStreamReader(options, arrow, parallelism)
 
     def reader(self, schema: StructType) -> DataSourceReader:

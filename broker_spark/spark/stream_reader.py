@@ -9,7 +9,9 @@ pump), started by the first of them. ``read`` runs on executors on a pickled
 copy, which never has a runtime: it only converts the partition it is given.
 
 Offsets are spool offsets (``{"offset": n}``, the next record, built by
-:class:`SpoolOffset` with a fixed key order). Choices where Spark leaves room:
+:class:`SpoolOffset` with a fixed key order); relays are read by the subclass
+:class:`~broker_spark.spark.relay_reader.RelayStreamReader`, with a position per
+relay. Choices where Spark leaves room:
 
 * ``startingOffsets=latest`` (the default) starts at the spool's end when
   the query first starts, taken before its endpoint subscribes (so whatever a
@@ -149,8 +151,7 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 runtime.close()
                 raise
             self._runtime = runtime
-            relayed = self.options.relay is not None
-            if self.options.partition_data == "auto" and not relayed:
+            if self.options.partition_data == "auto":
                 self._local = LocalExecutors(runtime.spool_path, jvm_token())
             if self._inline() and INLINE_CODEC == "zstd":
                 assert runtime.spool is not None
@@ -269,8 +270,6 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         mode = self.options.partition_data
         if mode != "auto":
             return mode == "inline"
-        if self.options.relay is not None:
-            return False  # tasks fetch their ranges from the relay themselves
         local = self._local
         if local is None or not local.seen():
             return True
@@ -292,10 +291,6 @@ class BrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _partition(self, runtime: Runtime, lo: int, hi: int, inline: bool) -> SpoolPartition:
         fail = self.options.fail_on_data_loss
         if not inline:
-            if self.options.relay is not None:
-                return SpoolPartition.relayed(
-                    lo, hi, self.options.relay, self.options.connection.ssl, fail
-                )
             return SpoolPartition(lo, hi, spool_path=runtime.spool_path, fail_on_data_loss=fail)
         assert runtime.spool is not None
         if self._frames is None:

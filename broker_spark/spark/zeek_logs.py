@@ -91,6 +91,8 @@ class LogConverter:
         self.registry = SchemaRegistry(schemas)
         self.on_schema = on_schema
         self.misfits = 0
+        #: The id of the relay the records come from (a relay reader sets it per partition).
+        self.relay: str | None = None
         self.undecodable = 0
         self.unnamed = 0
         self.others = 0
@@ -291,6 +293,7 @@ class LogConverter:
                 pa.array(received, pa.int64()).cast(pa.timestamp("ns", tz="UTC")), messages
             ).cast(_TIMESTAMP, safe=False),
             "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
+            "relay": lambda: pa.repeat(pa.scalar(self.relay, pa.string()), len(messages)),
             "_path": lambda: pa.concat_arrays([_repeated(p.path, len(p.order)) for p in pieces]),
         }
         placed = {"_path"}  # built in the pieces' order; the others by message, in order

@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.parallelism import MIN_RECORDS_PER_SPLIT, split_batch
 from broker_spark.spark.partitions import SpoolPartition, read_partition
+from broker_spark.spark.relay_reader import RelayStreamReader
 from broker_spark.spark.runtimes import Runtime, reader_runtime
 from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
@@ -62,11 +63,13 @@ def known_log_schema(options: ReaderOptions, *, learn: bool = False) -> LogSchem
 
 
 def offered_schema(options: ReaderOptions) -> StructType:
-    """What ``load()`` offers without a user schema: a log's typed columns, or ``_path, log``."""
+    """What ``load()`` offers without a user schema: a log's typed columns, or ``_path, log``
+    (and, read from relays, ``relay``)."""
     known = known_log_schema(options, learn=True)
+    relay = bool(options.relays)
     if known is None:
-        return generic_log_schema()
-    return zeek_log_schema(known, options.columns)
+        return generic_log_schema(relay)
+    return zeek_log_schema(known, options.columns, relay=relay)
 
 
 class ZeekLogStreamReader(BrokerStreamReader):
@@ -126,3 +129,10 @@ class ZeekLogStreamReader(BrokerStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         schemas = getattr(partition, "schemas", None) or ()
         return read_partition(partition, self.make_converter(schemas))
+
+
+class ZeekLogRelayStreamReader(RelayStreamReader, ZeekLogStreamReader):
+    """Zeek's log records from one or more relays: the relays' positions and schemas
+    (:class:`~broker_spark.spark.relay_reader.RelayStreamReader`), Zeek's rows."""
+
+    follows_logs = True

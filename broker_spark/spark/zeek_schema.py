@@ -59,8 +59,10 @@ __all__ = [
 
 COLUMN_LAYOUTS = ("nested", "flat")
 
-#: The columns a log row carries besides the log's own, in this order.
+#: The columns a log row carries besides the log's own, in this order (and, read from relays,
+#: ``relay``: the id of the relay whose spool the row's offset is in).
 LOG_METADATA = ("_path", "topic", "sender", "received_at", "offset")
+RELAY_METADATA = "relay"
 
 _METADATA_TYPES: dict[str, DataType] = {
     "_path": StringType(),
@@ -68,6 +70,7 @@ _METADATA_TYPES: dict[str, DataType] = {
     "sender": StringType(),
     "received_at": TimestampType(),
     "offset": LongType(),
+    "relay": StringType(),
     "log": StringType(),
 }
 
@@ -141,12 +144,13 @@ def _group(names: list[str], prefix: str) -> list[_Node]:
     ]
 
 
-def metadata_names(log_names: Sequence[str]) -> dict[str, str]:
+def metadata_names(log_names: Sequence[str], relay: bool = True) -> dict[str, str]:
     """The name each metadata column takes beside these top-level log columns: its own,
-    or with ``_`` before it when the log has a column of that name (MQTT's ``topic``)."""
+    or with ``_`` before it when the log has a column of that name (MQTT's ``topic``);
+    ``relay`` adds the relay column's."""
     taken = set(log_names)
     out = {}
-    for meta in LOG_METADATA:
+    for meta in (*LOG_METADATA, RELAY_METADATA) if relay else LOG_METADATA:
         name = meta
         while name in taken:
             name = "_" + name
@@ -166,11 +170,12 @@ def _struct(nodes: Sequence[_Node], types: dict[str, ZeekType]) -> list[StructFi
 
 
 def zeek_log_schema(
-    log: str | LogSchema, columns: str = "nested", metadata: bool = True
+    log: str | LogSchema, columns: str = "nested", metadata: bool = True, relay: bool = False
 ) -> StructType:
     """The Spark schema of a Zeek log (``"conn"``, ``"Conn::LOG"`` or a LogSchema): its
     typed columns, nested or flat, followed by ``_path, topic, sender, received_at,
-    offset`` unless ``metadata=False``."""
+    offset`` unless ``metadata=False`` (and ``relay`` with ``relay=True``: a stream read
+    from relays)."""
     schema = log_schema_for(log)
     if columns not in COLUMN_LAYOUTS:
         raise ValueError(f"columns must be nested or flat, not {columns!r}")
@@ -178,14 +183,16 @@ def zeek_log_schema(
     nodes = _nest(schema.names, columns)
     fields = _struct(nodes, types)
     if metadata:
-        names = metadata_names([n.name for n in nodes])
-        fields += [StructField(names[m], _METADATA_TYPES[m], True) for m in LOG_METADATA]
+        names = metadata_names([n.name for n in nodes], relay)
+        fields += [StructField(names[m], _METADATA_TYPES[m], True) for m in names]
     return StructType(fields)
 
 
-def generic_log_schema() -> StructType:
-    """The columns of a stream of several logs: ``_path``, ``log`` (Zeek's JSON line), metadata."""
-    return StructType([StructField(n, _METADATA_TYPES[n], True) for n in GENERIC_LOG_FIELDS])
+def generic_log_schema(relay: bool = False) -> StructType:
+    """The columns of a stream of several logs: ``_path``, ``log`` (Zeek's JSON line), metadata
+    (and ``relay`` with ``relay=True``)."""
+    names = (*GENERIC_LOG_FIELDS, RELAY_METADATA) if relay else GENERIC_LOG_FIELDS
+    return StructType([StructField(n, _METADATA_TYPES[n], True) for n in names])
 
 
 def log_schema_for(log: str | LogSchema) -> LogSchema:

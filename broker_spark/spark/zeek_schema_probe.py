@@ -41,7 +41,7 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
             found = None
         if found is not None:
             return found
-    if options.relay is not None:
+    if options.relays:
         return _from_relay(options, path)
     conn = options.connection
     if options.schema_wait <= 0 or not (conn.peers or conn.listen):
@@ -54,19 +54,22 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
 
 
 def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
-    """What the relay learned of the log's columns."""
-    from broker_spark.spark.runtimes import RelayRuntime
+    """What the relays learned of the log's columns (the first that knows it)."""
+    from broker_spark.spark.runtimes import RelaySet
 
-    runtime = RelayRuntime(options, logs=True)
+    relays = RelaySet(options, logs=True)
     try:
-        runtime.open_spool()
+        relays.open()
     except BrokerError as exc:
-        log.info("learning the columns of %s from %s: %s", path, runtime.where, exc)
+        log.info("learning the columns of %s from the relays: %s", path, exc)
         return None
     finally:
-        runtime.close()
-    assert runtime.history is not None
-    return runtime.history.latest(path)
+        relays.close()
+    for member in relays.members:
+        found = member.history.latest(path) if member.history is not None else None
+        if found is not None:
+            return found
+    return None
 
 
 def _probe(options: ReaderOptions, path: str) -> LogSchema | None:

@@ -1,4 +1,4 @@
-"""The pump: a thread that moves every message the reader's endpoint receives into the spool.
+"""The pump: a thread that moves every message a source receives into the spool.
 
 Spark calls the stream reader only when it plans a batch, while messages
 arrive all the time; the pump runs in between, in the reader's long-lived
@@ -9,7 +9,9 @@ msgpack record. Every ``retention_interval`` seconds it also lets the spool
 drop what its size or age limits say.
 
 ``observe``, when given, sees every appended batch with its first offset
-(the Zeek log reader learns LogCreates there).
+(the Zeek log reader learns LogCreates there). Several pumps may fill one spool
+(a relay node's sources: its endpoint and a ZeroMQ logger's socket), sharing a
+``lock`` that keeps each append and its ``observe`` together.
 
 The subscription's queue is bounded and blocks the core when full, so a spool
 that cannot keep up slows the peers down instead of losing messages. If
@@ -65,6 +67,7 @@ class SpoolPump:
         clock_ns: Callable[[], int] = time.time_ns,
         name: str = "broker-spark-spool-pump",
         observe: Callable[[int, list], None] | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
         self._subscription = subscription
         self._spool = spool
@@ -72,6 +75,9 @@ class SpoolPump:
         self._retention_interval = retention_interval
         self._clock_ns = clock_ns
         self._observe = observe
+        #: Held around each append and its ``observe`` where several pumps fill one spool,
+        #: so what observes them sees the offsets in order.
+        self._lock = lock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._appended = 0
@@ -98,9 +104,11 @@ class SpoolPump:
                 except ShutdownError:
                     break
                 if items:
-                    last = append(items)
-                    if self._observe is not None:
-                        self._observe(last - len(items) + 1, items)
+                    if self._lock is None:
+                        self._append(append, items)
+                    else:
+                        with self._lock:
+                            self._append(append, items)
                     with self._appended_cond:
                         self._appended += len(items)
                         self._appended_cond.notify_all()
@@ -114,6 +122,11 @@ class SpoolPump:
         finally:
             with self._appended_cond:
                 self._appended_cond.notify_all()
+
+    def _append(self, append: Callable[[list], int], items: list) -> None:
+        last = append(items)
+        if self._observe is not None:
+            self._observe(last - len(items) + 1, items)
 
     def wait_appended(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` messages were appended (for tests and benchmarks)."""

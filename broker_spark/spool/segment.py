@@ -54,9 +54,10 @@ class DataLossError(SpoolError):
 
     code = EC.StaleData
 
-    def __init__(self, start: int, end: int, earliest: int) -> None:
+    def __init__(self, start: int, end: int, earliest: int, message: str | None = None) -> None:
         super().__init__(
-            f"offsets {start} to {end - 1} are no longer in the spool (earliest held: {earliest})"
+            message
+            or f"offsets {start} to {end - 1} are no longer in the spool (earliest held: {earliest})"
         )
         self.start = start
         self.end = end

@@ -1,12 +1,15 @@
-"""A spool and what fills it: an endpoint's subscription, the pump, the Zeek log schemas.
+"""A spool and what fills it: its sources, a pump for each, the Zeek log schemas.
 
 Both owners of a spool (the receiver process of a ``spoolPath``, a
 ``broker-spark node --spool`` relay) run one of these next to their endpoint:
 :meth:`SpoolService.subscribe` before the endpoint peers (so peers learn the
-filter in the handshake and nothing sent right after peering is missed),
-:meth:`SpoolService.start` once it does. Whoever serves the spool asks
-:meth:`state` (offsets and a failure) and :meth:`status` (what a person wants
-to see), and is told of every append through :meth:`watch`.
+filter in the handshake and nothing sent right after peering is missed), and
+:meth:`SpoolService.take_from` for a source beside it (Zeek's ZeroMQ logger
+socket), then :meth:`SpoolService.start` once it does. Each source has a pump
+of its own; they append to the one spool in turn. Whoever serves the spool
+asks :meth:`state` (offsets and a failure) and :meth:`status` (what a person
+wants to see: per source, what arrived and what was refused), and is told of
+every append through :meth:`watch`.
 
 A spool's id (``relay-id``, made when the spool is first owned) names the
 spool for its whole life: a reader that finds another id behind the same
@@ -26,6 +29,7 @@ from typing import Any
 
 from broker_spark.spool.pump import SpoolPump, SpoolSource
 from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.sources import SourceCounts
 from broker_spark.spool.spool import Spool
 
 __all__ = ["RELAY_ID_FILE", "SpoolService", "spool_id", "spool_summary"]
@@ -97,36 +101,50 @@ class SpoolService:
         self.id = spool_id(spool.path, create=True)
         self._queue_size = queue_size
         self._endpoint: Any = None
-        self._subscription: SpoolSource | None = None
-        self.pump: SpoolPump | None = None
+        #: What arrived from each kind of source, and what was refused.
+        self.counts = SourceCounts(self._links)
+        self._sources: list[tuple[str | None, SpoolSource]] = []
+        self.pumps: list[SpoolPump] = []
         self._watchers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._append_lock = threading.Lock()
 
     # --- starting and stopping ---------------------------------------------------------
 
     def subscribe(self, endpoint: Any) -> None:
-        """Subscribe ``endpoint`` to the topics: before it peers with anyone."""
+        """Subscribe ``endpoint`` to the topics: before it peers with anyone. What arrives
+        there (from peers, a WebSocket bridge, a ZeroMQ proxy) is counted by its sender."""
         self._endpoint = endpoint
-        self._subscription = endpoint.make_raw_subscriber(self.topics, qsize=self._queue_size)
+        subscription = endpoint.make_raw_subscriber(self.topics, qsize=self._queue_size)
+        self._sources.append((None, subscription))
 
-    def take_from(self, source: SpoolSource) -> None:
-        """Append what another source gives (Zeek's ZeroMQ logger) instead of an endpoint's
-        subscription."""
-        self._subscription = source
+    def take_from(self, source: SpoolSource, kind: str = "zeromq-logs") -> None:
+        """Append what another source gives too (Zeek's ZeroMQ logger socket), counted as
+        ``kind``."""
+        self._sources.append((kind, source))
 
     def start(self) -> None:
-        """Start the pump (after :meth:`subscribe`)."""
-        assert self._subscription is not None, "subscribe first"
-        self.pump = SpoolPump(self._subscription, self.spool, observe=self._observed)
-        self.pump.start()
+        """Start a pump per source (after :meth:`subscribe` or :meth:`take_from`)."""
+        assert self._sources, "subscribe first"
+        shared = self._append_lock if len(self._sources) > 1 else None
+        for kind, source in self._sources:
+            pump = SpoolPump(
+                source,
+                self.spool,
+                observe=lambda first, items, kind=kind: self._observed(first, items, kind),
+                lock=shared,
+                name=f"broker-spark-spool-pump-{kind or 'endpoint'}",
+            )
+            self.pumps.append(pump)
+            pump.start()
 
     def close(self) -> None:
-        """Stop the pump and drop the subscription (the endpoint is its owner's to shut)."""
-        if self.pump is not None:
-            self.pump.stop()
-        if self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
+        """Stop the pumps and drop the sources (the endpoint is its owner's to shut)."""
+        for pump in self.pumps:
+            pump.stop()
+        for _kind, source in self._sources:
+            source.close()
+        self._sources.clear()
 
     # --- what happens ------------------------------------------------------------------
 
@@ -142,7 +160,11 @@ class SpoolService:
 
         return unwatch
 
-    def _observed(self, first: int, items: list) -> None:
+    def _links(self) -> list[Any]:
+        return self._endpoint.links() if self._endpoint is not None else []
+
+    def _observed(self, first: int, items: list, kind: str | None) -> None:
+        self.counts.arrived(items, kind)
         if self.history is not None:
             self.history.observe(first, items)
         with self._lock:
@@ -155,7 +177,8 @@ class SpoolService:
 
     @property
     def error(self) -> BaseException | None:
-        return self.pump.error if self.pump is not None else None
+        """Why a pump stopped (a full disk), if one did."""
+        return next((p.error for p in self.pumps if p.error is not None), None)
 
     def state(self) -> dict[str, Any]:
         """The spool's bounds and, if appending failed (a full disk), why."""
@@ -182,6 +205,7 @@ class SpoolService:
         out["topics"] = list(self.topics)
         out["error"] = self.state()["error"]
         out["peers"] = _peers(self._endpoint)
+        out["sources"] = self.counts.snapshot()
         return out
 
     def restart_at(self, offset: int) -> None:

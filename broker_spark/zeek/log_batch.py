@@ -119,12 +119,16 @@ def _parse_header(data: bytes) -> BatchHeader:
     writer, pos = _text(data, pos, "writer id")
     filter_name, pos = _text(data, pos, "filter name")
     path, pos = _text(data, pos, "path")
+    if not stream or not path:
+        raise DecodeError("log batch without a stream id or path (every Zeek log has both)")
     if pos + 4 > len(data):
         raise DecodeError(f"log batch of {path!r}: truncated field count at byte {pos}")
     (count,) = _U32.unpack_from(data, pos)
     pos += 4
     if count > MAX_FIELDS or count * 14 > len(data) - pos:
         raise DecodeError(f"log batch of {path!r}: field count {count} does not fit")
+    if count == 0:
+        raise DecodeError(f"log batch of {path!r} without fields (every Zeek log has some)")
     fields = []
     for i in range(count):
         if pos >= len(data):

@@ -178,6 +178,8 @@ class LogLines:
         """``(path, line)`` of every record in ``messages`` (``(payload, sender)`` pairs),
         in the order they arrived."""
         parts = self._parts(messages)
+        if not parts:  # none of the logs asked for (or no log records at all) in this run
+            return []
         if len(parts) == 1:  # one log: already in arrival order
             _order, path, texts = parts[0]
             return [(path, text) for text in texts.to_pylist() if text is not None]

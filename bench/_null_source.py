@@ -1,0 +1,84 @@
+"""A null Python streaming source for ``bench/spark_stream.py``: the most a pure-Python source
+delivers through Spark's Python data source API on this machine.
+
+Its offsets only count; every partition yields one pre-built Arrow batch of the ``broker``
+reader's default schema (``topic``, ``data``, ``sender``, ``received_at``, ``offset``), made
+once per worker, so all that is measured is Spark's path from a Python reader's batches to
+the sink. Imported by the workers by name (``bench/`` is on their ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from broker_spark.columnar.record_batches import DEFAULT_SCHEMA
+from broker_spark.spark.schema import DEFAULT_DDL
+
+_BATCHES: dict[int, pa.RecordBatch] = {}
+
+
+def _batch(rows: int) -> pa.RecordBatch:
+    """``rows`` rows of a typical small event, made once per process."""
+    found = _BATCHES.get(rows)
+    if found is None:
+        text = '{"@data-type":"vector","data":[{"@data-type":"count","data":1}]}'
+        found = _BATCHES[rows] = pa.RecordBatch.from_arrays(
+            [
+                pa.array(["zeek/events/ping"] * rows),
+                pa.array([text] * rows),
+                pa.array(["zeek"] * rows),
+                pa.array([1_700_000_000_000_000] * rows, pa.timestamp("us", tz="UTC")),
+                pa.array(range(rows), pa.int64()),
+            ],
+            schema=DEFAULT_SCHEMA,
+        )
+    return found
+
+
+class _Part(InputPartition):
+    def __init__(self, rows: int) -> None:
+        super().__init__(rows)
+        self.rows = rows
+
+
+class NullReader(DataSourceStreamReader):
+    def __init__(self, rows_per_batch: int) -> None:
+        self.rows_per_batch = rows_per_batch
+        self.end = 0
+
+    def initialOffset(self) -> dict:
+        return {"offset": 0}
+
+    def latestOffset(self) -> dict:
+        self.end += self.rows_per_batch
+        return {"offset": self.end}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        n = end["offset"] - start["offset"]
+        return [_Part(n // 2), _Part(n - n // 2)]
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        rows = partition.rows
+        step = 10_000  # Spark's maxRecordsPerBatch: the batches Arrow hands on
+        block = _batch(step)
+        for lo in range(0, rows, step):
+            yield block if rows - lo >= step else block.slice(0, rows - lo)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class NullSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-null"
+
+    def schema(self) -> str:
+        return DEFAULT_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return NullReader(int(self.options.get("rowsPerBatch", "1000000")))

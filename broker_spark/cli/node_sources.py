@@ -1,0 +1,228 @@
+"""A node's sources beside Broker peering: Zeek's ZeroMQ backend and Zeek's WebSocket API.
+
+A Zeek site on the ZeroMQ backend (zeekctl's default since Zeek 8.1) sends its
+logs to its loggers' PULL sockets and its events through an XPUB/XSUB proxy; a
+site may also offer Zeek's WebSocket API. ``broker-spark node`` takes from each:
+
+* ``--zeromq-logs ENDPOINT``: a PULL socket bound there, as one of the
+  cluster's loggers (each node PUSHes to all its loggers, round robin). Its
+  batches go to the spool (``--spool``, as the spool's log records), to log
+  files (``--log-dir``), or both: then one :class:`~broker_spark.spool.tee.Tee`
+  hands each batch to both;
+* ``--zeromq-proxy HOST``: the node joins the cluster through its proxy, so
+  the events of ``--subscribe`` (and ``--forward``) topics arrive at its
+  endpoint like a peer's; it joins again whenever it is not joined;
+* ``--websocket-peer URL``: a bridge to Zeek's WebSocket API subscribing the
+  spool's topics, redialled every ``--retry`` seconds.
+
+CURVE keys (Zeek 8.2 and later) come from ``--curve-*`` flags, the ``[zeromq]``
+section, or Zeek's ``ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_*`` variables, never a mix
+(as Zeek requires). A secret key given as ``@FILE`` is read from that file, so
+it need not stand on a command line that every local user can read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from broker_spark.cli.errors import CliError, UsageError
+
+__all__ = ["CURVE_FLAGS", "NodeSources", "add_source_arguments", "curve_keys"]
+
+log = logging.getLogger("broker_spark.cli")
+
+#: The CURVE flags, by the CurveKeys field each sets.
+CURVE_FLAGS = {
+    "curve_server_publickey": "server_publickey",
+    "curve_server_secretkey": "server_secretkey",
+    "curve_client_publickey": "client_publickey",
+    "curve_client_secretkey": "client_secretkey",
+}
+
+#: Seconds between attempts to join a ZeroMQ proxy that is not (or no longer) joined.
+JOIN_RETRY = 5.0
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group(
+        "Zeek's ZeroMQ backend and WebSocket API",
+        "Take logs as one of a Zeek cluster's loggers, events through its proxy or its "
+        "WebSocket API; with --spool they are kept for Spark readers (docs/deploy.md).",
+    )
+    group.add_argument(
+        "--zeromq-logs",
+        metavar="ENDPOINT",
+        help="be a logger of a Zeek cluster on the ZeroMQ backend: a PULL socket bound here "
+        "(tcp://HOST:PORT); its logs go to --spool and/or --log-dir",
+    )
+    group.add_argument(
+        "--zeromq-proxy",
+        metavar="HOST",
+        help="take events of the --subscribe topics through the cluster's XPUB/XSUB proxy "
+        "(HOST, or tcp://HOST:5555,tcp://HOST:5556)",
+    )
+    group.add_argument(
+        "--websocket-peer",
+        action="append",
+        metavar="URL",
+        help="subscribe to the --subscribe topics at Zeek's WebSocket API (repeatable)",
+    )
+    for flag in CURVE_FLAGS:
+        secret = "secret" in flag
+        group.add_argument(
+            "--" + flag.replace("_", "-"),
+            metavar="@FILE" if secret else "KEY",
+            help=f"CURVE {flag.removeprefix('curve_').replace('_', ' ')} (Z85)"
+            + (", or @FILE to read it from a file" if secret else ""),
+        )
+
+
+def _key_value(flag: str, value: str) -> str:
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).expanduser().read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--{flag.replace('_', '-')}: cannot read {value[1:]}: {exc}") from None
+
+
+def curve_keys(given: dict[str, str]) -> Any:
+    """The CURVE keys in force: ``given`` (flags and the file, by CurveKeys field; secret
+    keys may be ``@FILE``) or Zeek's environment variables; CliError when they are wrong."""
+    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
+
+    values = {name: _key_value(name, value) for name, value in given.items() if value}
+    try:
+        return CurveKeys.resolve(CurveKeys(**values) if values else None)
+    except (CurveConfigError, TypeError) as exc:
+        raise CliError(f"CURVE: {exc}") from None
+
+
+class NodeSources:
+    """The ZeroMQ logger socket, the proxy's joiner and the WebSocket bridges of one node."""
+
+    def __init__(self, settings: Any, endpoint: Any, counts: Any = None) -> None:
+        self.settings = settings
+        self.endpoint = endpoint
+        self.counts = counts  # the relay's SourceCounts, when there is a relay
+        self.curve = curve_keys(settings.curve)
+        self.receiver: Any = None
+        self._stop = threading.Event()
+        self._joiner: threading.Thread | None = None
+        self._proxy: tuple[str, str] | None = None
+        if settings.zeromq_proxy:
+            from broker_spark.cli.client_endpoint import parse_proxy
+
+            self._proxy = parse_proxy(settings.zeromq_proxy)
+
+    # --- the logger's PULL socket ---------------------------------------------------------
+
+    def open_zeromq_logs(self) -> Any:
+        """The PULL socket of ``--zeromq-logs`` (None without it), its counters shown under
+        the ``zeromq-logs`` source."""
+        bind = self.settings.zeromq_logs
+        if not bind:
+            return None
+        from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
+
+        try:
+            receiver = ZeroMQLogReceiver(bind, curve=self.curve)
+        except ZeroMQBindError as exc:
+            raise CliError(str(exc)) from None
+        self.receiver = receiver
+        if self.counts is not None:
+            self.counts.register(
+                "zeromq-logs",
+                f"zeromq logs {receiver.endpoint}",
+                lambda: {
+                    "endpoint": receiver.endpoint,
+                    "curve": receiver.curve,
+                    "batches_received": receiver.received,
+                    "refused": {
+                        "undecodable": receiver.rejected,
+                        "connection": receiver.refused,
+                    },
+                },
+            )
+        log.info(
+            "waiting for Zeek's logs on %s%s",
+            receiver.endpoint,
+            " (CURVE)" if receiver.curve else "",
+        )
+        return receiver
+
+    # --- events through the cluster's proxy and Zeek's WebSocket API -------------------------
+
+    def start(self, topics: list[str], retry: float) -> None:
+        """Join the proxy (retrying, from a thread) and bridge to each WebSocket API."""
+        for url in self.settings.websocket_peers:
+            log.info("subscribing at the WebSocket API %s (redialling every %g s)", url, retry)
+            try:
+                self.endpoint.web_socket_peer(url, topics, retry=retry or JOIN_RETRY)
+            except ValueError as exc:
+                raise CliError(f"--websocket-peer {url}: {exc}") from None
+        if self.settings.websocket_peers and self.counts is not None:
+            self.counts.register(
+                "websocket",
+                "websocket " + " ".join(self.settings.websocket_peers),
+                lambda: {"connected": self._connected("websocket")},
+            )
+        if self._proxy is None:
+            return
+        if self.curve is not None and self.curve.any:
+            from broker_spark.zeromq.curve import CurveConfigError
+
+            try:
+                self.curve.require_client()
+            except CurveConfigError as exc:
+                raise CliError(f"--zeromq-proxy with CURVE: {exc}") from None
+        if self.counts is not None:
+            self.counts.register(
+                "zeromq-proxy",
+                f"zeromq proxy {self._proxy[0]} {self._proxy[1]}",
+                lambda: {
+                    "connected": self._connected("zeromq"),
+                    "refused": {"malformed": self._proxy_rejected()},
+                },
+            )
+        self._joiner = threading.Thread(
+            target=self._join, name="broker-spark-zeromq-join", daemon=True
+        )
+        self._joiner.start()
+
+    def _links(self, kind: str) -> list[Any]:
+        try:
+            return [x for x in self.endpoint.links() if x.kind == kind and not x.closed]
+        except Exception:  # shut down
+            return []
+
+    def _connected(self, kind: str) -> int:
+        return len(self._links(kind))
+
+    def _proxy_rejected(self) -> int:
+        return sum(int(getattr(x, "rejected", 0)) for x in self._links("zeromq"))
+
+    def _join(self) -> None:
+        assert self._proxy is not None
+        xsub, xpub = self._proxy
+        while not self._stop.is_set():
+            if not self._links("zeromq"):
+                try:
+                    joined = self.endpoint.zeromq_join(xsub, xpub, curve=self.curve, timeout=10.0)
+                except Exception as exc:  # a malformed address: say so once and stop
+                    log.error("cannot join the ZeroMQ proxy at %s and %s: %s", xsub, xpub, exc)
+                    return
+                if joined:
+                    log.info("joined the Zeek cluster through its proxy at %s and %s", xsub, xpub)
+            self._stop.wait(JOIN_RETRY)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._joiner is not None:
+            self._joiner.join(15.0)
+        if self.receiver is not None:
+            self.receiver.close()
