@@ -114,7 +114,7 @@ class _Relay:
 
 
 def _query(spark: Any, options: dict[str, str]) -> dict[str, Any]:
-    from spark_stream import CpuSampler, _per_row, _sustained
+    from spark_stream import CpuSampler, _per_row, _sustained, run_to_end
 
     reader = spark.readStream.format("broker")
     for key, value in options.items():
@@ -122,15 +122,7 @@ def _query(spark: Any, options: dict[str, str]) -> dict[str, Any]:
     sampler = CpuSampler().__enter__()
     started = time.monotonic()
     query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
-    try:
-        query.awaitTermination(600)
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        progress = list(query.recentProgress)
-    finally:
-        query.stop()
-        sampler.__exit__()
-    rate, rows, seconds = _sustained(progress)
+    rate, rows, seconds = _sustained(run_to_end(query, sampler, 600))
     return {
         "rows": rows,
         "rows_per_s": rate,

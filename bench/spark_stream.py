@@ -437,6 +437,19 @@ def _per_row(roles: dict[str, float], rows: int) -> dict[str, float]:
     return {role: round(cpu * 1e6 / max(1, rows), 2) for role, cpu in roles.items()}
 
 
+def run_to_end(query: Any, sampler: Any, timeout: float) -> list[dict]:
+    """The progress of an ``availableNow`` query once it has read everything; stops the query
+    and the CPU sampler whatever happens, and fails if the query did."""
+    try:
+        query.awaitTermination(timeout)
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        return list(query.recentProgress)
+    finally:
+        query.stop()
+        sampler.__exit__()
+
+
 def _run_for(query: Any, seconds: float) -> dict[str, Any]:
     try:
         time.sleep(seconds)

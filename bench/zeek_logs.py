@@ -34,6 +34,14 @@ What is measured, in one run:
   defaults (``log_sndhwm`` 1000, non-blocking sends: what the socket refuses is what a
   Zeek drops, counted as ``dropped_at_sender``), right after the Broker run.
 
+- **tables**: a relay's spool holding a mix of logs in about the proportions a Zeek
+  sees (conn 5 : dns 3 : http 2, the recordings' records repeated, in Batches of 400),
+  read from its first offset to its end (``trigger(availableNow=True)``) twice in the
+  same session: into the ``noop`` sink (the stream ``write_zeek_tables`` reads, as it
+  reads it) and with ``write_zeek_tables`` into a table per log (Spark's own Parquet
+  tables in a temporary database: the marker path). Rows per second of each, and the
+  tables' share of the ``noop`` rate (target: at least 0.6x).
+
 ``--quick`` shortens everything (a smoke test); ``--json`` prints JSON.
 """
 
@@ -354,12 +362,141 @@ def bench_stream(
     }
 
 
+#: Records of each log in the tables' mix, per 10: about what a Zeek on a busy network logs.
+TABLES_MIX = {"conn": 5, "dns": 3, "http": 2}
+
+
+def _mix_spool(folder: str, rows: int) -> int:
+    """A spool of ``rows`` records of conn, dns and http (:data:`TABLES_MIX`), as a relay
+    keeps them; the number of messages."""
+    from broker_spark.data.binary import encode
+    from broker_spark.spark.log_rows import _batch
+    from broker_spark.spool.spool import Spool
+    from broker_spark.zeek import LogCreate, standard_schema
+
+    messages = []
+    now = time.time_ns()
+    for path in TABLES_MIX:
+        schema = standard_schema(path)
+        messages.append((f"zeek/logs/{schema.stream}", encode(LogCreate.of(schema)), "zeek", now))
+    per_log = {p: rows * n // sum(TABLES_MIX.values()) for p, n in TABLES_MIX.items()}
+    encoded = {p: _log_writes(p) for p in TABLES_MIX}
+    made = dict.fromkeys(TABLES_MIX, 0)
+    while any(made[p] < per_log[p] for p in TABLES_MIX):
+        for path, weight in TABLES_MIX.items():
+            for _ in range(weight):
+                if made[path] >= per_log[path]:
+                    continue
+                n = min(BATCH, per_log[path] - made[path])
+                pool = encoded[path]
+                chunk = [pool[(made[path] + i) % len(pool)] for i in range(n)]
+                stream = standard_schema(path).stream
+                messages.append((f"zeek/logs/{stream}", _batch(chunk), "zeek", now))
+                made[path] += n
+    with Spool(folder, index_interval=8) as spool:
+        spool.append_batch(messages)
+    return len(messages)
+
+
+def _log_writes(path: str) -> list[bytes]:
+    """The recordings' LogWrites of log ``path``, each as it travels inside a Batch."""
+    from zeek_recordings import LOG_RECORDINGS, recording
+
+    from broker_spark.data.varbyte import encode_varbyte
+    from broker_spark.zeek import standard_schema
+    from broker_spark.zeek.log_scan import LOG_WRITE_HEAD
+
+    def text(s: str) -> bytes:
+        raw = s.encode()
+        return encode_varbyte(len(raw)) + raw
+
+    stream = standard_schema(path).stream
+    head = (
+        LOG_WRITE_HEAD + text(stream) + b"\x0b" + text("Log::WRITER_ASCII") + b"\x05"
+        + text(path) + b"\x05"
+    )  # fmt: skip
+    serials = [s for name in LOG_RECORDINGS for s in recording(name).writes.get(path, [])]
+    return [head + encode_varbyte(len(s)) + s for s in serials]
+
+
+def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
+    """The mix read from a relay into ``noop`` and into a table per log, taking turns."""
+    import shutil
+    import tempfile
+    import uuid
+
+    from relay import _Relay
+    from spark_stream import CpuSampler, _per_row, _sustained, run_to_end
+
+    from broker_spark.spark.zeek_tables import table_input_schema, write_zeek_tables
+
+    work = tempfile.mkdtemp(prefix="bench-tables-")
+    spool = str(Path(work) / "spool")
+    messages = _mix_spool(spool, rows)
+    relay = _Relay(spool, 8)
+    runs: dict[str, list[dict[str, Any]]] = {"noop": [], "tables": []}
+
+    def source() -> Any:
+        return (
+            spark.readStream.format("broker")
+            .option("relay", f"127.0.0.1:{relay.port}")
+            .option("ssl.disable", "true")
+            .option("startingOffsets", "earliest")
+        )
+
+    try:
+        for i in range(repeat):
+            for kind in ("noop", "tables"):
+                sampler = CpuSampler().__enter__()
+                if kind == "noop":
+                    query = (
+                        source()
+                        .option("format", "zeek-logs")
+                        .schema(table_input_schema())
+                        .load()
+                        .writeStream.format("noop")
+                        .trigger(availableNow=True)
+                        .start()
+                    )
+                else:
+                    db = "bench_" + uuid.uuid4().hex[:8]
+                    spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(work) / db}'")
+                    query = write_zeek_tables(
+                        source(),
+                        str(Path(work) / f"checkpoint-{i}"),
+                        table=db + ".{path}",
+                        quarantine=db + ".quarantine",
+                        trigger={"availableNow": True},
+                    )
+                rate, got, seconds = _sustained(run_to_end(query, sampler, 900))
+                if kind == "tables":
+                    written = sum(spark.table(f"{db}.{p}").count() for p in TABLES_MIX)
+                    assert written == got, f"{written} rows in the tables of {got} read"
+                    spark.sql(f"DROP DATABASE {db} CASCADE")
+                runs[kind].append(
+                    {
+                        "rows": got,
+                        "rows_per_s": rate,
+                        "seconds": seconds,
+                        "cpu_us_per_row": _per_row(sampler.by_role(), got),
+                    }
+                )
+    finally:
+        relay.close()
+        shutil.rmtree(work, ignore_errors=True)
+    best = {k: max(v, key=lambda r: r["rows_per_s"]) for k, v in runs.items()}
+    best["messages"] = messages
+    best["mix"] = TABLES_MIX
+    best["tables_vs_noop"] = best["tables"]["rows_per_s"] / best["noop"]["rows_per_s"]
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--seconds", type=float, default=15.0, help="publishing time per run")
-    parser.add_argument("--only", choices=("render", "stream"), help="one part only")
+    parser.add_argument("--only", choices=("render", "stream", "tables"), help="one part only")
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
     results: dict[str, Any] = {}
@@ -375,6 +512,17 @@ def main() -> None:
             results["stream_zeromq"] = bench_stream(spark, seconds, zeromq=True)
             results["stream_500ms"] = bench_stream(spark, seconds, trigger="500 milliseconds")
             results["stream_2s"] = bench_stream(spark, seconds, trigger="2 seconds")
+        finally:
+            spark.stop()
+    if args.only in (None, "tables"):
+        from spark_stream import _session
+
+        spark = _session()
+        try:
+            bench_tables(spark, 20_000, 1)  # warms the JVM and the tables' path: not measured
+            results["tables"] = bench_tables(
+                spark, 100_000 if args.quick else 1_000_000, 1 if args.quick else 2
+            )
         finally:
             spark.stop()
     if args.json:
@@ -394,6 +542,16 @@ def _table(r: dict[str, Any]) -> None:
         )
         print(f"| typed Arrow (LogConverter) | {x['typed_arrow_rows_per_s']:,.0f} | |")
         print(f"| one record at a time | {x['one_record_rows_per_s']:,.0f} | |")
+    if "tables" in r:
+        x = r["tables"]
+        print()
+        print("| relay to | rows/s | against noop (target 0.6x) | CPU us/row |")
+        print("| --- | ---: | ---: | --- |")
+        for kind in ("noop", "tables"):
+            run = x[kind]
+            ratio = "1.00x" if kind == "noop" else f"{x['tables_vs_noop']:.2f}x"
+            cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())
+            print(f"| {kind} | {run['rows_per_s']:,.0f} | {ratio} | {cpu} |")
     for key in ("stream", "stream_zeromq", "stream_500ms", "stream_2s"):
         if key not in r:
             continue

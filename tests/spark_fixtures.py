@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +29,13 @@ from broker_spark.errors import SC
 ROOT = str(Path(__file__).resolve().parent.parent)
 
 _session: Any = None
+# Where the session's catalog keeps managed tables and databases without a LOCATION: a
+# directory of its own, removed when the session stops (Spark's default is ./spark-warehouse).
+_warehouse: str | None = None
 
 
 def _start_session() -> Any:
+    global _warehouse
     from broker_spark.spark.java import require_java
 
     require_java()
@@ -40,6 +46,7 @@ def _start_session() -> Any:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, path) if p)
     from pyspark.sql import SparkSession
 
+    _warehouse = tempfile.mkdtemp(prefix="broker-spark-warehouse-")
     session = (
         SparkSession.builder.master("local[2]")
         .appName("broker-spark-tests")
@@ -49,6 +56,7 @@ def _start_session() -> Any:
         .config("spark.sql.streaming.stopTimeout", "10s")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.warehouse.dir", _warehouse)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -65,6 +73,20 @@ def spark() -> Iterator[Any]:
     if _session is not None:
         _session.stop()
         _session = None
+    if _warehouse is not None:
+        shutil.rmtree(_warehouse, ignore_errors=True)
+
+
+def killable_driver_env(folder: Path) -> dict[str, str]:
+    """The environment of a Spark driver run as a process of its own that a test may SIGKILL.
+
+    A JVM killed so cannot remove its temporary files (spark-*, blockmgr-*, artifacts-*, lz4's
+    native library), so they go to ``folder/jvm-tmp``, inside the test's folder, not /tmp.
+    """
+    jvm_tmp = folder / "jvm-tmp"
+    jvm_tmp.mkdir(exist_ok=True)
+    options = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -Djava.io.tmpdir={jvm_tmp}".strip()
+    return dict(os.environ, PYTHONUNBUFFERED="1", JAVA_TOOL_OPTIONS=options)
 
 
 def plain_config() -> Configuration:

@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_quickstart", "02_zeek_events", "03_stores", "04_zeek_logs"]
+NAMES = ["01_quickstart", "02_zeek_events", "03_stores", "04_zeek_logs", "05_zeek_tables"]
 
 #: Seconds a cell may run (the first starts a JVM) and a notebook may take in all.
 CELL_TIMEOUT = 120
@@ -63,7 +63,22 @@ EXPECTED = {
         "same rows as zeek_dns: True",
         "removed the tables and the spools: True",
     ],
+    "05_zeek_tables": [
+        "relay node ready",
+        "records sent: broker 2, conn 118, dns 63, files 47, http 49, reporter 5, weird 46",
+        "tables: zeek_broker, zeek_conn, zeek_dns, zeek_files, zeek_http, zeek_reporter, "
+        "zeek_weird",
+        "rows: broker 2, conn 118, dns 63, files 47, http 49, reporter 5, weird 46",
+        "every record once: True",
+        "positions unique: True",
+        "services charted: -, dns, http",
+        "the same rows after a second run: True",
+        "removed the tables and the relay's spool: True",
+    ],
 }
+
+#: Pictures (PNG outputs) a notebook must show.
+PICTURES = {"05_zeek_tables": 1}
 
 
 def _read(name: str) -> Any:
@@ -147,4 +162,11 @@ def test_notebook_runs_top_to_bottom(name: str, kernel: KernelManager) -> None:
     printed = _stdout(nb)
     for line in EXPECTED[name]:
         assert line in printed, f"{name} did not print {line!r}; it printed:\n" + "\n".join(printed)
+    pictures = [
+        output
+        for cell in nb.cells
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    assert len(pictures) >= PICTURES.get(name, 0), f"{name} showed {len(pictures)} pictures"
     assert took < NOTEBOOK_TIMEOUT

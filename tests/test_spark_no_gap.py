@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spark_fixtures import plain_config, wait_for
+from spark_fixtures import killable_driver_env, plain_config, wait_for
 from test_spark_relay import Relay
 
 import broker_spark as broker
@@ -75,16 +75,7 @@ class Driver:
 
     def __init__(self, options: dict[str, str], out: Path, checkpoint: Path, log: Path) -> None:
         self.out = out
-        # A JVM killed with SIGKILL cannot remove its temporary files (spark-*, blockmgr-*,
-        # artifacts-*, lz4's native library), so they go to the test's folder, not /tmp.
-        jvm_tmp = checkpoint.parent / "jvm-tmp"
-        jvm_tmp.mkdir(exist_ok=True)
-        env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            JAVA_TOOL_OPTIONS=f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} "
-            f"-Djava.io.tmpdir={jvm_tmp}".strip(),
-        )
+        env = killable_driver_env(checkpoint.parent)
         self._log = open(log, "ab")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(
             [sys.executable, DRIVER, json.dumps(options), str(out), str(checkpoint)],

@@ -207,6 +207,8 @@ def test_tls_options_fill_an_endpoint_configuration() -> None:
         ({"store": "s", "listen": ":1"}, "peer", "clone"),
         ({"store": "s", "format": "zeek", **PEER}, "format", "not to store"),
         ({"topics": "/a", "TOPICS": "/b", **PEER}, "topics", "given twice"),
+        ({"topics": "/a", "zeekVersion": "8.0", **PEER}, "zeekVersion", "format=zeek-logs"),
+        ({"format": "zeek-logs", "zeekVersion": "7.2", **PEER}, "zeekVersion", "8.0, 9.0, 9.1"),
     ],
 )
 def test_bad_reader_options_name_the_option_and_value(
@@ -220,6 +222,18 @@ def test_bad_reader_options_name_the_option_and_value(
     given_value = {k.lower(): v for k, v in options.items()}.get(option.lower())
     if given_value is not None and option != "ssl.disable":
         assert repr(given_value) in message
+
+
+def test_zeek_version_picks_the_standard_columns_of_a_log_nothing_described() -> None:
+    from broker_spark.spark.zeek_reader import known_log_schema
+
+    def dns(**more: str) -> tuple[str, ...]:
+        opts = parse_reader_options({"format": "zeek-logs", "logs": "dns", **PEER, **more})
+        return known_log_schema(opts).names
+
+    assert dns()[-2:] == ("opcode", "opcode_name")  # 9.1, the newest
+    assert dns(zeekVersion="9.0") == dns()
+    assert "opcode" not in dns(zeekVersion="8.0.10")  # the LTS, read as 8.0
 
 
 def test_a_passphrase_is_never_echoed() -> None:

@@ -21,7 +21,7 @@ from broker_spark.zeek import LogCreate, LogField, LogSchema, standard_schema
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
-METADATA = ["_path", "topic", "sender", "received_at", "offset"]
+METADATA = ["_path", "topic", "sender", "received_at", "offset", "record"]
 
 
 def _reader(session: Any, port: int, **options: str) -> Any:
@@ -83,7 +83,7 @@ def test_several_logs_arrive_as_zeeks_json_lines(spark, hub) -> None:  # noqa: F
     name = "zeek-logs-http-methods"
     rec = recording(name)
     df = _reader(spark, hub.hub_port, logs="conn,http,files")
-    assert df.columns == ["_path", "log", "topic", "sender", "received_at", "offset"]
+    assert df.columns == ["_path", "log", "topic", "sender", "received_at", "offset", "record"]
     before = set(hub._core.peer_filters())
     with running(df.writeStream.format("memory").queryName("zl_many").start()):
         total = sum(len(rec.writes[p]) for p in ("conn", "http", "files"))

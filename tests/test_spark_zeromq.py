@@ -26,7 +26,7 @@ from broker_spark.zeek import Event
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
-METADATA = ["_path", "topic", "sender", "received_at", "offset"]
+METADATA = ["_path", "topic", "sender", "received_at", "offset", "record"]
 
 
 def _logs_reader(session: Any, endpoint: str, **options: str) -> Any:
@@ -78,7 +78,7 @@ def test_logs_and_events_through_zeeks_zeromq_backend(spark) -> None:  # noqa: F
     conn = _logs_reader(spark, conn_at, logs="conn")
     assert conn.schema == zeek_log_schema("conn")
     every = _logs_reader(spark, all_at)
-    assert every.columns == ["_path", "log", "topic", "sender", "received_at", "offset"]
+    assert every.columns == ["_path", "log", "topic", "sender", "received_at", "offset", "record"]
     with zeromq_proxy() as proxy, zeek_node(proxy, ("zeek.test.to-zeek.",)) as node:
         where = f"{proxy.xpub},{proxy.xsub}"
         events = (

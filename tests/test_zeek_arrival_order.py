@@ -170,7 +170,9 @@ def test_logs_and_the_log_directory_take_any_arrival(arrival, tmp_path_factory) 
 @given(arrival=arrivals(), partition_cuts=st.lists(st.integers(1, 10_000), max_size=6))
 def test_a_relay_and_spark_take_any_arrival(arrival, partition_cuts, tmp_path_factory) -> None:
     """Spooled as a relay spools them, read back by partitions cut anywhere, each converted
-    with the schemas in force at its start: the rows are the lines, in arrival order."""
+    with the schemas in force at its start: the rows are the lines, in arrival order, each at
+    its position: the message's offset and the record's index among its log's records in
+    that message, whichever partition read it and whichever logs were kept."""
     order, cuts, paths = arrival
     folder = tmp_path_factory.mktemp("spool")
     history = LogSchemaHistory(str(folder))
@@ -193,8 +195,19 @@ def test_a_relay_and_spark_take_any_arrival(arrival, partition_cuts, tmp_path_fa
                 history.snapshot(lo),
             )
             batch = converter.convert_packed(spool.read_packed(lo, hi), hi - lo)
-            rows += [(r["_path"], r["log"]) for r in batch.to_pylist()]
-    assert rows == _expected(order, paths)
+            rows += [(r["_path"], r["log"], r["offset"], r["record"]) for r in batch.to_pylist()]
+    assert rows == _positioned(order, paths)
+
+
+def _positioned(order: list[tuple[str, int]], paths: frozenset[str] | None) -> list[tuple]:
+    out = []
+    for offset, (sender, i) in enumerate(order):
+        seen: Counter[str] = Counter()
+        for path, line in LINES[sender][i]:
+            if paths is None or path in paths:
+                out.append((path, line, offset, seen[path]))
+            seen[path] += 1
+    return out
 
 
 def test_every_recorded_log_is_in_the_mix() -> None:

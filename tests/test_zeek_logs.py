@@ -28,6 +28,7 @@ from broker_spark.zeek import (
     iter_log_messages,
     standard_paths,
     standard_schema,
+    standard_schemas,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -183,6 +184,22 @@ def test_standard_schemas_come_from_zeeks_own_description() -> None:
     assert conn.names[:6] == ("ts", "uid", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p")
     assert str(standard_schema("http").fields[20]) == "tags: set[enum HTTP::Tags]"
     assert standard_schema("no_such_log") is None
+
+
+def test_standard_schemas_of_the_long_term_release_and_the_newest() -> None:
+    """9.1 (the newest), 9.0 (the same base scripts) and 8.0 (the LTS: three logs differ)."""
+    assert standard_schemas("9.0") == standard_schemas("9.1")
+    assert len(standard_paths("8.0")) == 50
+    assert standard_schema("ntp_control", "8.0") is None and standard_schema("ntp_control")
+    dns_80, dns = standard_schema("dns", "8.0.10"), standard_schema("dns")
+    assert dns.names[-2:] == ("opcode", "opcode_name") and "opcode" not in dns_80.names
+    assert dns.names[: len(dns_80.names)] == dns_80.names  # 9.1 appended two columns
+    assert standard_schema("ssh", "8.0").names[-1] == "host_key"
+    assert standard_schema("ssh").names[-1] == "host_key_fingerprint"
+    assert standard_schema("conn", "8.0") == standard_schema("conn")
+    assert "Zeek 8.0.10" in standard_schema("conn", "8.0").source
+    with pytest.raises(ValueError, match="no schemas of Zeek 7.0"):
+        standard_schema("conn", "7.0")
 
 
 @given(st.data())

@@ -11,7 +11,9 @@ uses modules here that do not need Spark.
   not find it by itself, sizes stream reads for the session's parallelism, and
   lets a write started from the calling thread find the source (idempotent;
   ``docs/deploy.md``);
-* :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``.
+* :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``;
+* :func:`write_zeek_tables`: one query writing each Zeek log into a table of its own,
+  exactly once, its columns following Zeek.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _LAZY = {
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
     "stop_receiver": "broker_spark.spark.receiver_attach",
+    "write_zeek_tables": "broker_spark.spark.zeek_tables",
 }
 
 __all__ = sorted(_LAZY)

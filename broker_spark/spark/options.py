@@ -126,6 +126,7 @@ _READER = (
     "logs",
     "columns",
     "schemaWait",
+    "zeekVersion",
     "relay",
     "receiver",
     "receiver.idleTimeout",
@@ -194,6 +195,9 @@ class ReaderOptions:
     logs: tuple[str, ...] = ()  # format=zeek-logs: the log paths to keep (empty: all)
     columns: str = "nested"  # format=zeek-logs: nested structs for dotted names, or flat
     schema_wait: float = DEFAULT_SCHEMA_WAIT
+    #: format=zeek-logs: the Zeek release whose standard logs' columns are used when no
+    #: LogCreate, ZeroMQ header or spool has told them ("9.1", "9.0" or "8.0")
+    zeek_version: str = "9.1"
     relays: tuple[HostPort, ...] = ()  # read relays' spools (broker-spark node --spool) instead
     receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
     receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
@@ -390,7 +394,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
     fmt = raw.choice("format", FORMATS, "default")
     logs = tuple(_split(raw, "logs"))
     if fmt != "zeek-logs":
-        for name in ("logs", "columns", "schemaWait"):
+        for name in ("logs", "columns", "schemaWait", "zeekVersion"):
             if raw.get(name) is not None:
                 raise BrokerOptionError(name, raw.get(name), "applies to format=zeek-logs only")
     elif not topics and not store:
@@ -480,11 +484,29 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         logs=logs,
         columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
         schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
+        zeek_version=_zeek_version(raw),
         relays=relays,
         receiver=raw.boolean("receiver", True),
         receiver_idle_timeout=idle_timeout,
         given=tuple(sorted(raw.values.items())),
     )
+
+
+def _zeek_version(raw: _Raw) -> str:
+    """``zeekVersion``: a release whose standard schemas are built in (``8.0.10`` reads as 8.0)."""
+    from broker_spark.zeek.schema import STANDARD_SCHEMA_FILES, release_of
+
+    text = raw.get("zeekVersion")
+    if text is None:
+        return "9.1"
+    release = release_of(text.strip())
+    if release not in STANDARD_SCHEMA_FILES:
+        raise BrokerOptionError(
+            "zeekVersion",
+            text,
+            f"no schemas of that release are built in; there are {', '.join(sorted(STANDARD_SCHEMA_FILES))}",
+        )
+    return release
 
 
 def _relays(text: str) -> tuple[HostPort, ...]:

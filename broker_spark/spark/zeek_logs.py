@@ -24,9 +24,12 @@ both of these fail the query, naming the offset.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -63,6 +66,7 @@ class _Piece:
     messages: np.ndarray
     path: str
     columns: dict[str, pa.Array] = field(default_factory=dict)
+    schema: LogSchema | None = None  # the columns the records were read with
 
 
 class LogConverter:
@@ -82,8 +86,11 @@ class LogConverter:
         known: LogSchema | None = None,
         schemas: Sequence[tuple[tuple[str, str, str], LogSchema]] = (),
         on_schema: Callable[[str, LogSchema, bool], None] | None = None,
+        zeek_version: str = "9.1",
     ) -> None:
         self.schema = schema
+        #: whose standard logs' columns name a log nothing else has described
+        self.zeek_version = zeek_version
         self.columns = columns
         self.strict = mode == "FAILFAST"
         self.paths = tuple(paths) if paths else None
@@ -179,13 +186,13 @@ class LogConverter:
             return group.schema
         if self.known is not None and self.known.path == group.path:
             return self.known
-        return standard_schema(group.path)
+        return standard_schema(group.path, self.zeek_version)
 
     def _piece(
         self, group: LogGroup, block: Block, piece: _Piece, offsets: Sequence[int]
     ) -> _Piece:
         """Typed columns of one chunk of a group."""
-        schema = self._names_for(group)
+        schema = piece.schema = self._names_for(group)
         messages = piece.messages
         decoded = decode_block(block, schema.types) if schema is not None else None
         ok = decoded.ok if decoded is not None else np.zeros(len(block), dtype=bool)
@@ -222,7 +229,7 @@ class LogConverter:
         if broken:
             self._fail(offsets, int(messages[broken[0]]), "the record does not decode")
         self.undecodable += len(broken)
-        piece = _Piece(group.order(), messages, group.path)
+        piece = _Piece(group.order(), messages, group.path, schema=schema)
         piece.columns["log"] = pa.array(lines, pa.string())
         return piece
 
@@ -293,10 +300,15 @@ class LogConverter:
                 pa.array(received, pa.int64()).cast(pa.timestamp("ns", tz="UTC")), messages
             ).cast(_TIMESTAMP, safe=False),
             "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
+            "record": lambda: _record_index(pieces),
+            "log_schema_id": lambda: pa.concat_arrays(
+                [_repeated(schema_id(p.schema), len(p.order)) for p in pieces]
+            ),
+            "log_schema": lambda: pa.concat_arrays([_first_only(p) for p in pieces]),
             "relay": lambda: pa.repeat(pa.scalar(self.relay, pa.string()), len(messages)),
             "_path": lambda: pa.concat_arrays([_repeated(p.path, len(p.order)) for p in pieces]),
         }
-        placed = {"_path"}  # built in the pieces' order; the others by message, in order
+        placed = {"_path", "record", "log_schema_id", "log_schema"}  # the pieces' order
         by_role = {name: role for role, name in self.columns.roles.items()}
         arrays = []
         for f in self.schema:
@@ -323,6 +335,50 @@ class LogConverter:
             ]
             return pa.StructArray.from_arrays(children, fields=list(f.type))
         return arrange([_as(p.columns[name], f.type) for p in pieces])
+
+
+def schema_id(schema: LogSchema | None) -> str:
+    """A short id of a log's columns (``""`` when none is known): rows of one id were read
+    with one schema (:data:`~broker_spark.spark.zeek_schema.OPTIONAL_METADATA`)."""
+    if schema is None:
+        return ""
+    return _schema_texts(schema)[0]
+
+
+@lru_cache(maxsize=256)
+def _schema_texts(schema: LogSchema) -> tuple[str, str]:
+    text = json.dumps(schema.to_json(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16], text
+
+
+def _first_only(piece: _Piece) -> pa.Array:
+    """The piece's schema as JSON on its first row, nulls on the others."""
+    n = len(piece.order)
+    if piece.schema is None or n == 0:
+        return pa.nulls(n, pa.string())
+    text = _schema_texts(piece.schema)[1]
+    return pa.concat_arrays([pa.array([text]), pa.nulls(n - 1, pa.string())])
+
+
+def _record_index(pieces: list[_Piece]) -> pa.Array:
+    """Each record's index among the records of its log in its message (arrival order), in
+    the pieces' order: with the message's offset, where the record is. A filter on logs
+    keeps or drops a log's records all together, so the index does not depend on it."""
+    order = np.concatenate([p.order for p in pieces])
+    messages = np.concatenate([p.messages for p in pieces]).astype(np.int64)
+    codes: dict[str, int] = {}
+    for p in pieces:
+        codes.setdefault(p.path, len(codes))
+    paths = np.concatenate([np.full(len(p.order), codes[p.path], np.int64) for p in pieces])
+    key = messages * len(codes) + paths
+    by_key = np.lexsort((order, key))
+    n = len(by_key)
+    sorted_key = key[by_key]
+    firsts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+    group_start = np.repeat(firsts, np.diff(np.r_[firsts, n]))
+    index = np.empty(n, np.int64)
+    index[by_key] = np.arange(n, dtype=np.int64) - group_start
+    return pa.array(index)
 
 
 def _repeated(text: str, n: int) -> pa.Array:

@@ -59,7 +59,7 @@ def known_log_schema(options: ReaderOptions, *, learn: bool = False) -> LogSchem
         learned = LogSchemaHistory(options.spool.path, readonly=True).latest(path)
         if learned is not None:
             return learned
-    return standard_schema(path)
+    return standard_schema(path, options.zeek_version)
 
 
 def offered_schema(options: ReaderOptions) -> StructType:
@@ -96,6 +96,7 @@ class ZeekLogStreamReader(BrokerStreamReader):
             self.options.logs or None,
             self.known,
             schemas or (),
+            zeek_version=self.options.zeek_version,
         )
 
     def make_runtime(self) -> Runtime:

@@ -60,9 +60,18 @@ __all__ = [
 COLUMN_LAYOUTS = ("nested", "flat")
 
 #: The columns a log row carries besides the log's own, in this order (and, read from relays,
-#: ``relay``: the id of the relay whose spool the row's offset is in).
-LOG_METADATA = ("_path", "topic", "sender", "received_at", "offset")
+#: ``relay``: the id of the relay whose spool the row's offset is in). ``offset`` is the
+#: message's (a Batch holds hundreds of records), ``record`` the record's index among the
+#: records of its log in that message: ``(offset, record)`` (and ``relay``) say where a
+#: record is, whatever reads it and however often.
+LOG_METADATA = ("_path", "topic", "sender", "received_at", "offset", "record")
 RELAY_METADATA = "relay"
+#: Metadata a schema may ask for by name, beside :data:`LOG_METADATA`: ``relay``, and the
+#: log's columns in force for the record (``log_schema_id``, a short id on every row;
+#: ``log_schema``, the columns as JSON on the first row of each id in a partition): what
+#: turns a stream of ``_path``/``log`` rows into a typed table per log whose columns
+#: follow Zeek (:mod:`~broker_spark.spark.zeek_tables`).
+OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema")
 
 _METADATA_TYPES: dict[str, DataType] = {
     "_path": StringType(),
@@ -70,12 +79,15 @@ _METADATA_TYPES: dict[str, DataType] = {
     "sender": StringType(),
     "received_at": TimestampType(),
     "offset": LongType(),
+    "record": LongType(),
     "relay": StringType(),
+    "log_schema_id": StringType(),
+    "log_schema": StringType(),
     "log": StringType(),
 }
 
 #: The columns of a stream of several logs (or one whose schema is not known at start).
-GENERIC_LOG_FIELDS = ("_path", "log", "topic", "sender", "received_at", "offset")
+GENERIC_LOG_FIELDS = ("_path", "log", "topic", "sender", "received_at", "offset", "record")
 
 _ATOMIC: dict[TypeTag, DataType] = {
     TypeTag.BOOL: BooleanType(),
@@ -144,13 +156,15 @@ def _group(names: list[str], prefix: str) -> list[_Node]:
     ]
 
 
-def metadata_names(log_names: Sequence[str], relay: bool = True) -> dict[str, str]:
+def metadata_names(
+    log_names: Sequence[str], optional: Sequence[str] = OPTIONAL_METADATA
+) -> dict[str, str]:
     """The name each metadata column takes beside these top-level log columns: its own,
     or with ``_`` before it when the log has a column of that name (MQTT's ``topic``);
-    ``relay`` adds the relay column's."""
+    ``optional`` are the optional ones to name too."""
     taken = set(log_names)
     out = {}
-    for meta in (*LOG_METADATA, RELAY_METADATA) if relay else LOG_METADATA:
+    for meta in (*LOG_METADATA, *optional):
         name = meta
         while name in taken:
             name = "_" + name
@@ -183,7 +197,7 @@ def zeek_log_schema(
     nodes = _nest(schema.names, columns)
     fields = _struct(nodes, types)
     if metadata:
-        names = metadata_names([n.name for n in nodes], relay)
+        names = metadata_names([n.name for n in nodes], (RELAY_METADATA,) if relay else ())
         fields += [StructField(names[m], _METADATA_TYPES[m], True) for m in names]
     return StructType(fields)
 

@@ -108,13 +108,32 @@ class LogSchema:
         return cls(str(obj["stream"]), str(obj["path"]), fields, source)
 
 
-#: The Zeek version whose description of its logs :func:`standard_schema` ships.
+#: The Zeek version whose description of its logs :func:`standard_schema` gives by default.
 STANDARD_SCHEMAS_ZEEK_VERSION = "9.1.0-dev"
 
+#: The descriptions shipped, by the Zeek release they describe: 9.1 (the newest, from a
+#: running Zeek built from zeek/zeek a13de64fbb) and 9.0 (its base scripts are the same
+#: files: 9.0.0-rc1 and a13de64fbb differ in no script), and 8.0 (8.0.10, the release
+#: Zeek's ``lts`` tag names: 9.1's description with the differences of its base scripts
+#: applied: dns lacks ``opcode`` and ``opcode_name``, ssh has ``host_key`` where 9.1 has
+#: ``host_key_fingerprint``, and ``ntp_control``/``ntp_private`` do not exist). Each file
+#: says how it was made (``made_with``).
+STANDARD_SCHEMA_FILES = {
+    "9.1": "data/log-schemas.json",
+    "9.0": "data/log-schemas.json",
+    "8.0": "data/log-schemas-8.0.json",
+}
 
-@lru_cache(maxsize=1)
-def _standard() -> tuple[dict[str, LogSchema], dict[str, LogSchema], str]:
-    text = resources.files("broker_spark.zeek").joinpath("data/log-schemas.json").read_text()
+
+@lru_cache(maxsize=4)
+def _standard(release: str = "9.1") -> tuple[dict[str, LogSchema], dict[str, LogSchema], str]:
+    file = STANDARD_SCHEMA_FILES.get(release)
+    if file is None:
+        raise ValueError(
+            f"no schemas of Zeek {release} are built in; there are "
+            f"{', '.join(sorted(STANDARD_SCHEMA_FILES))}"
+        )
+    text = resources.files("broker_spark.zeek").joinpath(file).read_text()
     doc = json.loads(text)
     version = str(doc.get("zeek_version", STANDARD_SCHEMAS_ZEEK_VERSION))
     by_path: dict[str, LogSchema] = {}
@@ -126,20 +145,26 @@ def _standard() -> tuple[dict[str, LogSchema], dict[str, LogSchema], str]:
     return by_path, by_stream, version
 
 
-def standard_schema(name: str) -> LogSchema | None:
+def standard_schema(name: str, zeek_version: str = "9.1") -> LogSchema | None:
     """The columns of one of Zeek's standard logs by path (``conn``) or stream
-    (``Conn::LOG``), as Zeek 9.1 declares them with its base scripts; None if unknown."""
-    by_path, by_stream, _ = _standard()
+    (``Conn::LOG``), as the base scripts of Zeek ``zeek_version`` (``"9.1"``, the newest;
+    ``"9.0"``; ``"8.0"``, the long-term-support release) declare them; None if unknown."""
+    by_path, by_stream, _ = _standard(release_of(zeek_version))
     return by_path.get(name) or by_stream.get(name)
 
 
-def standard_schemas() -> list[LogSchema]:
+def standard_schemas(zeek_version: str = "9.1") -> list[LogSchema]:
     """Every standard log's schema, by path."""
-    return sorted(_standard()[0].values(), key=lambda s: s.path)
+    return sorted(_standard(release_of(zeek_version))[0].values(), key=lambda s: s.path)
 
 
-def standard_paths() -> list[str]:
-    return sorted(_standard()[0])
+def standard_paths(zeek_version: str = "9.1") -> list[str]:
+    return sorted(_standard(release_of(zeek_version))[0])
+
+
+def release_of(version: str) -> str:
+    """``9.1.0-dev``, ``8.0.10`` or ``8.0`` as the major.minor release of its schemas."""
+    return ".".join(str(version).split(".")[:2])
 
 
 SchemaKey = tuple[str, str, str]  # (sender, stream, path)

@@ -1,0 +1,243 @@
+"""One table per Zeek log, exactly once, columns following Zeek (``write_zeek_tables``).
+
+The micro-batches are what the stream gives (``format=zeek-logs`` rows with the
+columns in force, converted from a real Zeek's recorded messages as executors
+convert them) handed to the batch writer as ``foreachBatch`` would, and, at the
+end, a real streaming query from a relay. Tables live in a database of the
+test's own folder (Spark's own table format: the marker protocol; Delta's jars
+cannot be fetched here). Zeek's own JSON logs of the recorded runs are the
+oracle, read with ``read_zeek_json`` into the same typed columns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from spark_fixtures import spark  # noqa: F401
+from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
+
+from broker_spark.data.binary import encode
+from broker_spark.spark.source import arrow_schema_of
+from broker_spark.spark.zeek_logs import LogConverter
+from broker_spark.spark.zeek_schema import LogColumns, read_zeek_json
+from broker_spark.spark.zeek_tables import ZeekTables, table_input_schema
+from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite, decode_values
+from broker_spark.zeek.log_batch import read_header
+from broker_spark.zeromq.log_receiver import LOG_TOPIC_PREFIX
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+KEYS = ("offset", "record", "relay")
+NOT_LOGGED = ("topic", "sender", "received_at", "offset", "record", "relay", "day")
+
+
+@pytest.fixture
+def db(spark: Any, tmp_path: Path) -> Iterator[str]:  # noqa: F811
+    """A database whose tables live in the test's folder; dropped at the end."""
+    name = "zt_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'warehouse'}'")
+    try:
+        yield name
+    finally:
+        spark.sql(f"DROP DATABASE {name} CASCADE")
+
+
+def batch_of(spark: Any, messages: list[tuple[str, bytes, str]], first: int = 0) -> Any:  # noqa: F811
+    """A micro-batch of the stream, as its partitions hold these messages at ``first`` on."""
+    schema = table_input_schema()
+    converter = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()))
+    n = len(messages)
+    rows = converter.convert(
+        [t for t, _p, _s in messages],
+        [p for _t, p, _s in messages],
+        [s for _t, _p, s in messages],
+        [1_700_000_000_000_000_000] * n,
+        list(range(first, first + n)),
+    )
+    return spark.createDataFrame(pa.Table.from_batches([rows]))
+
+
+def broker_messages(name: str) -> list[tuple[str, bytes, str]]:
+    return [(t, p, f"zeek-{name}") for t, p in recording(name).data]
+
+
+def zmq_log_messages() -> list[tuple[str, bytes, str]]:
+    out = []
+    for frames in zmq_messages(ZMQ_LOGS):
+        out.append((LOG_TOPIC_PREFIX + read_header(frames[3]).stream, frames[3], "zmq-node"))
+    return out
+
+
+def logged(spark: Any, table: str) -> list[tuple]:  # noqa: F811
+    df = spark.table(table)
+    return sorted(map(tuple, df.select(*[c for c in df.columns if c not in NOT_LOGGED]).collect()))
+
+
+def zeeks_own(spark: Any, lines: list[str], path: str, tmp: Path) -> list[tuple]:  # noqa: F811
+    file = tmp / f"{path}-{uuid.uuid4().hex[:6]}.log"
+    file.write_text("\n".join(lines) + "\n")
+    return sorted(map(tuple, read_zeek_json(spark, str(file), path).drop("_path").collect()))
+
+
+def writer(db: str, tmp: Path, **kw: Any) -> ZeekTables:
+    return ZeekTables(
+        checkpoint=str(tmp / "checkpoint"),
+        table=f"{db}.{{path}}",
+        quarantine=f"{db}.zeek_quarantine",
+        **kw,
+    )
+
+
+@pytest.mark.slow  # every log of three recordings against Zeek's own: 25 s (make test-slow)
+def test_every_recorded_log_becomes_its_table_as_zeek_wrote_it(spark, db, tmp_path) -> None:  # noqa: F811
+    """Both Broker recordings and the ZeroMQ one: each log's table holds exactly the records
+    of Zeek's own JSON log, typed, once, with a position no other record shares."""
+    sources = {
+        "b1": (broker_messages("zeek-logs-http-methods"), recording("zeek-logs-http-methods")),
+        "b2": (broker_messages("zeek-logs-dns-edns-ecs"), recording("zeek-logs-dns-edns-ecs")),
+        "z": (zmq_log_messages(), None),
+    }
+    for key, (messages, rec) in sources.items():
+        tables = ZeekTables(
+            checkpoint=str(tmp_path / key), table=f"{db}.{key}_{{path}}", quarantine=None
+        )
+        tables(batch_of(spark, messages), 0)
+        paths = rec.writes if rec is not None else ("conn", "http", "files")
+        for path in paths:
+            table = f"{db}.{key}_{path}"
+            lines = rec.local_lines(path) if rec is not None else zmq_local_lines(ZMQ_LOGS, path)
+            assert logged(spark, table) == zeeks_own(spark, lines, path, tmp_path), path
+            positions = spark.table(table).select(*KEYS).collect()
+            assert len(positions) == len(set(positions)) == len(lines)
+            days = {r["day"] for r in spark.table(table).select("day").distinct().collect()}
+            assert days and None not in days
+            assert spark.sql(f"SHOW PARTITIONS {table}").count() == len(days)  # by day
+
+
+def test_a_batch_is_written_once_however_often_it_runs(spark, db, tmp_path) -> None:  # noqa: F811
+    messages = broker_messages("zeek-logs-http-methods")
+    tables = writer(db, tmp_path)
+    tables(batch_of(spark, messages[:20]), 0)
+    first = {p: spark.table(f"{db}.{p}").count() for p in ("conn", "http")}
+    tables(batch_of(spark, messages[:20]), 0)  # Spark runs the batch again after a failure
+    assert {p: spark.table(f"{db}.{p}").count() for p in first} == first
+    tables(batch_of(spark, messages[20:], first=20), 1)
+    rec = recording("zeek-logs-http-methods")
+    assert spark.table(f"{db}.http").count() == len(rec.local_lines("http"))
+    state = tmp_path / "checkpoint" / "_zeek_tables"
+    markers = {
+        p.parent.name: sorted(m.name for m in p.parent.glob("batch-*"))
+        for p in state.glob("*/batch-*")
+    }
+    # only a table's newest batch can run again: older markers are gone
+    assert markers and all(len(names) == 1 for names in markers.values()), markers
+    assert sum(names == ["batch-1.done"] for names in markers.values()) >= 2  # conn, http
+    assert not list(state.glob("*/staging/*"))
+
+
+def test_a_batch_cut_between_two_tables_is_finished_on_its_retry(spark, db, tmp_path) -> None:  # noqa: F811
+    """The driver dies after the batch's first table (a fault injected after its write):
+    the retry skips that table and writes the others; every record is in once."""
+    messages = broker_messages("zeek-logs-http-methods")
+
+    def die(table: str, batch_id: int) -> None:
+        raise RuntimeError(f"killed after {table}")  # the injected fault
+
+    with pytest.raises(Exception, match="killed after"):
+        writer(db, tmp_path, after_table=die)(batch_of(spark, messages), 7)
+    writer(db, tmp_path)(batch_of(spark, messages), 7)  # the restarted query's retry
+    rec = recording("zeek-logs-http-methods")
+    for path in rec.writes:
+        assert spark.table(f"{db}.{path}").count() == len(rec.local_lines(path)), path
+
+
+def _conn_rows(n: int, extra: list[Any] | None = None) -> list[list[Any]]:
+    base = decode_values(recording("zeek-logs-http-methods").writes["conn"][0])
+    rows = []
+    for i in range(n):
+        values = list(base)
+        values[1] = f"Cfollow{i:04d}"
+        rows.append(values + (extra or []))
+    return rows
+
+
+def _conn_batch(schema: LogSchema, rows: list[list[Any]]) -> list[tuple[str, bytes, str]]:
+    return [
+        ("zeek/logs/Conn::LOG", encode(LogCreate.of(schema)), "zeek"),
+        ("zeek/logs/Conn::LOG", encode(Batch(*[LogWrite.of(schema, r) for r in rows])), "zeek"),
+    ]
+
+
+def test_columns_follow_zeek_and_a_clash_goes_to_quarantine(spark, db, tmp_path) -> None:  # noqa: F811
+    from broker_spark.zeek import standard_schema
+
+    schema = standard_schema("conn")
+    tables = writer(db, tmp_path)
+    tables(batch_of(spark, _conn_batch(schema, _conn_rows(3))), 0)
+    # a site's script adds a field: the table gains it from the batch that carries it
+    wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
+    tables(batch_of(spark, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
+    rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("uid", "site").collect()
+    assert [(r.uid, r.site) for r in rows] == [
+        ("Cfollow0000", None),
+        ("Cfollow0001", None),
+        ("Cfollow0002", None),
+        ("Cfollow0000", "dc-1"),
+        ("Cfollow0001", "dc-1"),
+    ]
+    # a column changes its type: those rows go to quarantine with the reason, the table stays
+    clashing = LogSchema(
+        schema.stream,
+        schema.path,
+        tuple(
+            LogField.of("duration", "string") if f.name == "duration" else f for f in schema.fields
+        ),
+    )
+    rows = _conn_rows(2)
+    for r in rows:
+        r[schema.names.index("duration")] = "long"
+    tables(batch_of(spark, _conn_batch(clashing, rows), first=4), 2)
+    assert spark.table(f"{db}.conn").count() == 5
+    [q1, q2] = spark.table(f"{db}.zeek_quarantine").orderBy("record").collect()
+    assert (q1.log, q1.offset, q1.record) == ("conn", 5, 0)
+    assert "column duration is string in the log and double in the table" in q1.reason
+    assert '"duration":"long"' in q1.line and q2.record == 1
+
+
+def test_two_logs_of_one_table_name_are_both_written(spark, db, tmp_path) -> None:  # noqa: F811
+    """Paths ``site-x`` and ``site_x`` both name table ``site_x``: one commit holds both
+    (written apart, the second would find the batch's marker and be skipped)."""
+    from broker_spark.zeek import standard_schema
+
+    conn = standard_schema("conn")
+    messages = []
+    for path in ("site-x", "site_x"):
+        schema = LogSchema(f"Site::{path.upper()}", path, conn.fields)
+        messages += [
+            (f"zeek/logs/{schema.stream}", payload, sender)
+            for _t, payload, sender in _conn_batch(schema, _conn_rows(3))
+        ]
+    writer(db, tmp_path)(batch_of(spark, messages), 0)
+    assert spark.table(f"{db}.site_x").count() == 6
+
+
+def test_a_log_column_named_like_the_metadata_keeps_its_name(spark, db, tmp_path) -> None:  # noqa: F811
+    """MQTT's publish log has a ``topic`` of its own: the table keeps it, and the Broker
+    topic beside it is ``_topic`` (as in a stream of that log); likewise ``offset``."""
+    base = decode_values(recording("zeek-logs-http-methods").writes["conn"][0])
+    schema = LogSchema(
+        "Site::LOG",
+        "site",
+        (LogField.of("ts", "time"), LogField.of("topic", "string"), LogField.of("offset", "count")),
+    )
+    rows = [[base[0], f"sensors/{i}", 7 + i] for i in range(3)]
+    writer(db, tmp_path)(batch_of(spark, _conn_batch(schema, rows)), 0)
+    table = spark.table(f"{db}.site")
+    assert {"topic", "_topic", "offset", "_offset", "record"} <= set(table.columns)
+    got = sorted((r.topic, r.offset, r._topic) for r in table.collect())
+    assert got == [(f"sensors/{i}", 7 + i, "zeek/logs/Conn::LOG") for i in range(3)]
