@@ -19,7 +19,7 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from spark_fixtures import _start_session
 
-    spark = _start_session()
+    spark = _start_session(os.path.join(os.path.dirname(checkpoint), "spark-warehouse"))
 
     def write(df, batch_id: int) -> None:
         rows = [(r.offset, json.loads(r.data)) for r in df.select("offset", "data").collect()]

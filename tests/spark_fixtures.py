@@ -34,7 +34,10 @@ _session: Any = None
 _warehouse: str | None = None
 
 
-def _start_session() -> Any:
+def _start_session(warehouse: str | None = None) -> Any:
+    """The local SparkSession; its catalog's warehouse is ``warehouse``, or a temporary
+    directory that the ``spark`` fixture removes (a driver process a test may kill passes a
+    folder of the test's own)."""
     global _warehouse
     from broker_spark.spark.java import require_java
 
@@ -46,7 +49,8 @@ def _start_session() -> Any:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, path) if p)
     from pyspark.sql import SparkSession
 
-    _warehouse = tempfile.mkdtemp(prefix="broker-spark-warehouse-")
+    if warehouse is None:
+        warehouse = _warehouse = tempfile.mkdtemp(prefix="broker-spark-warehouse-")
     session = (
         SparkSession.builder.master("local[2]")
         .appName("broker-spark-tests")
@@ -56,7 +60,7 @@ def _start_session() -> Any:
         .config("spark.sql.streaming.stopTimeout", "10s")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.warehouse.dir", _warehouse)
+        .config("spark.sql.warehouse.dir", warehouse)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -66,7 +70,7 @@ def _start_session() -> Any:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The shared local SparkSession (2 cores, no UI, 2 shuffle partitions)."""
-    global _session
+    global _session, _warehouse
     if _session is None:
         _session = _start_session()
     yield _session
@@ -75,6 +79,7 @@ def spark() -> Iterator[Any]:
         _session = None
     if _warehouse is not None:
         shutil.rmtree(_warehouse, ignore_errors=True)
+        _warehouse = None
 
 
 def killable_driver_env(folder: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ def main() -> None:
 
     from broker_spark.spark.zeek_tables import ZeekTables, table_input_schema
 
-    spark = _start_session()
+    spark = _start_session(os.path.join(os.path.dirname(checkpoint), "spark-warehouse"))
     spark.sql(f"CREATE DATABASE IF NOT EXISTS zt LOCATION '{warehouse}'")
 
     def fault(table: str, batch_id: int) -> None:
