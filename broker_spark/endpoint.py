@@ -247,9 +247,15 @@ class Endpoint:
         tcp = self._tcp(create=False)
 
         def ready() -> bool:
-            if node in core.peer_filters():
+            # Over version 2 we route by what the router knows, so a neighbour counts once
+            # its subscription arrived (it is reachable then), as a peer() waits for it; a
+            # version 1 peer (a Zeek) or a WebSocket client stated its filter up front.
+            if tcp is not None and node in tcp.fabric.reachable_strs:
                 return True
-            return tcp is not None and node in tcp.fabric.reachable_strs
+            return any(
+                link.peer_str == node and not (link.kind == "broker" and link.version >= 2)  # type: ignore[attr-defined]
+                for link in list(core.links.values())
+            )
 
         return core.wait_until(ready, AWAIT_PEER_TIMEOUT if timeout is None else timeout)
 

@@ -1,7 +1,8 @@
 """``peer()`` over version 2 waits for the neighbour's first subscription, boundedly.
 
 Over version 2 ``peer()`` returns once the router learned the neighbour's
-subscription (so a publish right after it is routed). These tests script the
+subscription (so a publish right after it is routed) and the neighbour answered
+the ping sent behind ours (so it knows our subscription). These tests script the
 neighbour on a raw socket (the fault injection: a real broker-spark endpoint
 always floods its subscription at once) to check the two ways that wait could
 hang: the link dies before the subscription arrives, or it never arrives.
@@ -23,7 +24,13 @@ from test_peering_wire import HIGH_ID, LOW_ID, ZeekPeer
 import broker_spark as broker
 from broker_spark import EC, SC
 from broker_spark.protocol.v2_messages import SUBSCRIPTION, SubscriptionUpdate, encode_v2
-from broker_spark.protocol.wire_messages import decode_handshake
+from broker_spark.protocol.wire_messages import (
+    MSG_PING,
+    decode_handshake,
+    decode_node_message,
+    encode_pong_for,
+    is_bye_token,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -70,11 +77,16 @@ def test_subscription_from_the_neighbour_completes_peer(zid: bytes) -> None:
             started = time.monotonic()
             update = SubscriptionUpdate((zid,), (1,), ("/v2",))
             peer.send(encode_v2(zid, own, update))
-            assert fut.result(timeout=5) is True
-            assert time.monotonic() - started < peering(ep).routes_timeout
-            # Ours reached it too: a SUBSCRIPTION from us, addressed to it.
+            # Ours reached it too: a SUBSCRIPTION from us, addressed to it, then a ping
+            # behind it, whose pong says the neighbour has taken it (test_peering_races).
             body = peer.recv()
             assert body[:16] == own and body[16:32] == zid and body[32] == SUBSCRIPTION
+            ping = decode_node_message(peer.recv())
+            assert ping.msg_type == MSG_PING and not is_bye_token(ping.payload)
+            assert not fut.done()  # peer() waits for the pong
+            peer.send(encode_pong_for(ping, zid))
+            assert fut.result(timeout=5) is True
+            assert time.monotonic() - started < peering(ep).routes_timeout
         finally:
             peer.sock.close()
 

@@ -16,6 +16,15 @@ side, the narrow interface it needs of its owner (``ConnectionHost``,
 provides them. Links that finish their handshake join the core with
 ``add_link`` like any other link.
 
+When ``peer()`` returns, both sides know each other's subscriptions. The handshake
+gives the dialler the listener's filter, but the listener may not have taken the
+handshake's last message yet when the dialler is done (it is the originator's
+``originator_ack``), and over version 2 our first subscription travels after the
+handshake. So a new link that a ``peer()`` call waits for first sends a ping
+behind all that, and ``peer()`` returns on its pong: a peer reads in order and answers a ping only after every
+earlier message (WIRE.md), so by then it has the link and our subscriptions, and
+a publication it makes right after our ``peer()`` returned reaches us.
+
 Filters: in version 1 a peer only forwards what its neighbours' filters ask
 for, so each neighbour is told :func:`~broker_spark.protocol.peering.advertised_filter`
 (our filter plus, when forwarding, the other neighbours'). Version 2 links
@@ -38,7 +47,7 @@ from broker_spark.core.fabric import Fabric
 from broker_spark.core.listener import Listener, classify_tls_failure
 from broker_spark.core.tcp_link import TcpLink
 from broker_spark.core.tls import TLSConfigError, make_contexts
-from broker_spark.errors import EC, SC, PeeringError, ShutdownError
+from broker_spark.errors import EC, SC, DeliveryError, PeeringError, ShutdownError
 from broker_spark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from broker_spark.protocol.peering import (
     Abort,
@@ -127,6 +136,8 @@ class Peering:
             core, routes_changed=self._routes_changed, union_changed=self.refresh_filters
         )
         self._refresh_pending = False
+        #: Links whose peer answered the ping sent behind the handshake (see the module doc).
+        self._synced: weakref.WeakSet[TcpLink] = weakref.WeakSet()
         core.reachable_elsewhere = self.fabric.reachable
         core.close_hooks.append(self.close)
         self._ticker = self.loop.call_later(TICK_INTERVAL, self._tick)
@@ -159,8 +170,9 @@ class Peering:
 
     @property
     def routes_timeout(self) -> float:
-        """Seconds ``peer()`` waits, after a version 2 handshake, for the neighbour's first
-        subscription before it returns True anyway (the link is up)."""
+        """Seconds ``peer()`` waits, after the handshake, for the link to be ready (the
+        neighbour's pong and, over version 2, its first subscription) before it returns
+        True anyway (the link is up)."""
         return self.machine.routes_timeout
 
     @routes_timeout.setter
@@ -351,7 +363,6 @@ class Peering:
             self.core.add_link(link)
         except (PeeringError, ShutdownError):
             return False
-        ready = True
         if link.version >= 2:
             # Our filter first: the subscription the new neighbour gets at once must be
             # complete, since its peer() returns on it (filters otherwise reach the
@@ -359,13 +370,39 @@ class Peering:
             # never asked for one).
             self._refresh()
             self.fabric.add_link(link)
-            # Over version 2 we route by what the router knows: ``peer()`` returns
-            # once it learned the neighbour's subscription, so a publish right after
-            # it reaches the neighbour (its filter is known, as after a v1 handshake).
-            ready = self.fabric.router.timestamp_of(link.peer_id) is not None
-        self._apply(self.machine.link_up(link.conn, link.peer_id, link.network, routes_known=ready))
+        # peer() returns once the link is ready (_ready): the neighbour has taken the
+        # handshake and our subscription, and, over version 2, we know its own.
+        self._apply(self.machine.link_up(link.conn, link.peer_id, link.network, routes_known=False))
         self.refresh_filters()
+        if link.peer_id in self.machine.awaiting_routes():  # a peer() call waits for it
+            self._track(self.loop.create_task(self._sync(link)))
         return True
+
+    async def _sync(self, link: TcpLink) -> None:
+        """Ping behind the handshake (and our first subscription); on the pong the peer
+        has them all, so ``peer()`` may return (see the module doc).
+
+        A link that closes first fails the waiting ``peer()`` calls (``link_closed``);
+        a peer that never answers leaves them to ``routes_timeout``, as a version 2
+        neighbour that never sends its subscription does.
+        """
+        try:
+            await link.acknowledge(self.loop.time() + self.routes_timeout)
+        except DeliveryError:
+            return
+        if link.closed:
+            return
+        self._synced.add(link)
+        self._routes_changed()
+
+    def _ready(self, peer_id: bytes) -> bool:
+        """Whether a ``peer()`` call for ``peer_id`` may return: its link is synced and,
+        over version 2, we route by what the router knows, so it must have learned the
+        neighbour's subscription (its filter is known, as after a version 1 handshake)."""
+        link = self.core.links.get(peer_id)
+        if not isinstance(link, TcpLink) or link not in self._synced:
+            return False
+        return link.version < 2 or self.fabric.router.timestamp_of(peer_id) is not None
 
     def connection_failed(
         self, conn: PeerConnection, code: EC, message: str, peer_id: bytes | None
@@ -401,13 +438,10 @@ class Peering:
         self.core.emit(Error(code, message, link.info() if link is not None else None))
 
     def _routes_changed(self) -> None:
-        """The fabric learned routes: ``peer()`` calls waiting for them may return."""
-        waiting = self.machine.awaiting_routes()
-        if waiting:
-            router = self.fabric.router
-            for peer_id in waiting:
-                if router.timestamp_of(peer_id) is not None:
-                    self._apply(self.machine.routes_arrived(peer_id))
+        """A link synced or the fabric learned routes: ``peer()`` calls waiting may return."""
+        for peer_id in self.machine.awaiting_routes():
+            if self._ready(peer_id):
+                self._apply(self.machine.routes_arrived(peer_id))
 
     # -- filters ------------------------------------------------------------------------
 

@@ -31,10 +31,13 @@ The rules, as Broker has them:
   ends as redundant, and a ``peer()`` waiting on it succeeds once the kept
   connection is up (checked again after the handshake timeout, and redialled
   if the kept one never came).
-- Over version 2 a handshake is not the end: ``peer()`` also waits for the
-  neighbour's first subscription (so a publish right after it is routed), for
-  at most ``routes_timeout`` seconds, after which it returns True anyway (the
-  link is up). A link that closes before the routes came fails the attempt.
+- A handshake is not the end: ``peer()`` also waits until the shell says the
+  link is ready (``routes_arrived``): the neighbour has taken the end of the
+  handshake and our subscription (it answered a ping sent behind them) and,
+  over version 2, we have its first subscription, so a publish right after
+  ``peer()`` on either side is routed. The wait lasts at most
+  ``routes_timeout`` seconds, after which ``peer()`` returns True anyway (the
+  link is up). A link that closes before it is ready fails the attempt.
 - What a neighbour is told (:func:`advertised_filter`): our own filter, plus,
   when forwarding, the filters of all *other* neighbours, which is what lets a
   middle endpoint that subscribes to nothing forward a chain's traffic.
@@ -460,8 +463,8 @@ class PeeringMachine:
     ) -> list[Action]:
         """``conn`` finished its handshake and its link joined the core.
 
-        ``routes_known`` is False for a version 2 link whose neighbour's first
-        subscription has not arrived yet: its ``peer()`` calls wait for it.
+        ``routes_known`` False: the link is not ready yet (see the module doc), its
+        ``peer()`` calls wait for :meth:`routes_arrived`.
         A link that comes up after :meth:`close` (its handshake raced the
         shutdown) changes nothing: close aborted its connection and answered
         every ``peer()``, and no timer may start any more.
@@ -554,7 +557,7 @@ class PeeringMachine:
         }
 
     def routes_arrived(self, peer_id: bytes) -> list[Action]:
-        """``peer_id``'s first subscription arrived: its ``peer()`` calls return True."""
+        """``peer_id``'s link is ready (see the module doc): its ``peer()`` calls return True."""
         out: list[Action] = []
         for target in self._awaiting_for(peer_id):
             self._stop_awaiting_routes(target, out)
