@@ -26,8 +26,14 @@ from broker_spark.cli.args import (
     positive_float,
 )
 from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.cli.exposure import check_exposure
 from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
-from broker_spark.cli.node_sources import CURVE_FLAGS, NodeSources, add_source_arguments
+from broker_spark.cli.node_sources import (
+    CURVE_FLAGS,
+    NodeSources,
+    add_source_arguments,
+    curve_keys,
+)
 
 __all__ = ["register", "run", "serve"]
 
@@ -157,6 +163,12 @@ def register(sub: Any) -> None:
         "--no-forwarding", action="store_true", help="never forward messages between peers"
     )
     add_tls_arguments(p)
+    p.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="let listeners off loopback take clients without mutual TLS or CURVE "
+        "(a warning at start; docs/security.md)",
+    )
     p.set_defaults(run=run)
 
 
@@ -195,6 +207,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         s.curve = flags
     tls = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
     s.tls = s.tls.replace(**{name: value for name, value in tls.items() if value is not None})
+    if args.allow_anonymous:
+        s.allow_anonymous = True
     if args.no_relay:
         s.relay = None
     if args.no_tls:
@@ -239,6 +253,8 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
 
     config = settings.configuration()
     check_tls(config)
+    for warning in check_exposure(settings, curve_keys(settings.curve)):
+        log.warning("%s", warning)
     relay = _relay_node(settings)
     endpoint = Endpoint(config)
     sources = NodeSources(settings, endpoint, relay.counts if relay is not None else None)

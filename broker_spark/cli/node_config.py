@@ -7,6 +7,8 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     peers = ["10.0.0.2:9999"]     # nodes to peer with, redialled every `retry` s
     retry = 10.0
     forward = ["/zeek/"]          # topics to route here without a local subscriber
+    allow_anonymous = false       # true: listeners off loopback may take unauthenticated
+                                  # clients (docs/security.md); a warning at start
 
     [websocket]
     listen = "127.0.0.1:9997"    # Zeek's WebSocket JSON API (wss unless TLS is off)
@@ -133,6 +135,7 @@ class NodeSettings:
     curve: dict[str, str] = field(default_factory=dict)  # CURVE keys, named as Zeek's options
     websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
     metrics: HostPort | None = None  # serve Prometheus metrics here
+    allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -238,7 +241,14 @@ def load_node_config(path: str | Path) -> NodeSettings:
         ],
     )
     s = NodeSettings()
-    ep = r.keys("[endpoint]", doc.get("endpoint", {}), ["listen", "peers", "retry", "forward"])
+    ep = r.keys(
+        "[endpoint]",
+        doc.get("endpoint", {}),
+        ["listen", "peers", "retry", "forward", "allow_anonymous"],
+    )
+    s.allow_anonymous = r.typed(
+        "[endpoint]", "allow_anonymous", ep.get("allow_anonymous", False), bool
+    )
     if "listen" in ep:
         listen = ep["listen"]
         s.listen = None if listen is False else r.address("[endpoint]", "listen", listen)

@@ -1,0 +1,142 @@
+"""Who may connect: a node's listeners off loopback must authenticate their clients.
+
+A relay node next to Zeek holds days of a site's connections, DNS queries and
+HTTP hosts, and its ports give them out (the relay) or take data in (Broker
+peers, WebSocket clients, a ZeroMQ logger's PULL). Bound to loopback only this
+host reaches them; the first thing a user changes is the address, and then
+anyone on the network would. So ``broker-spark node`` refuses to start a
+listener that is reachable off this host unless its clients must prove who they
+are: mutual TLS against a CA (``--cert``/``--key``/``--ca``, what
+``broker-spark certs`` makes) for Broker peers, relay readers and WebSocket
+clients; CURVE with the cluster's client key for the ZeroMQ logger (Zeek's
+own). ``--allow-anonymous`` (``allow_anonymous = true`` in ``[endpoint]``)
+opts out explicitly, for a Zeek left at Broker's anonymous TLS default, with a
+warning at start naming every open listener. ``docs/security.md`` has the
+whole threat model.
+
+The metrics port only serves counters and is left to the operator's network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from broker_spark.cli.errors import UsageError
+
+__all__ = ["OpenListener", "check_exposure", "is_loopback", "open_listeners"]
+
+
+@dataclass(frozen=True)
+class OpenListener:
+    """A listener reachable off this host whose clients are not authenticated."""
+
+    flag: str  # the flag and address, as the user gave them: "--relay 0.0.0.0:9998"
+    exposes: str  # what an unauthenticated client could do there
+    remedy: str  # what authenticates its clients
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is reachable from this host only.
+
+    The wildcard (``""``, ``0.0.0.0``, ``::``, ``*``) is every interface. A name
+    counts as loopback only when every address it resolves to is one, so an
+    unknown or unresolvable name is treated as reachable.
+    """
+    host = host.strip("[]")
+    if host in ("", "*"):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses
+    )
+
+
+def _zeromq_host(endpoint: str) -> str | None:
+    """The host a ZeroMQ endpoint binds (None for ipc:// and inproc://, local by nature)."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme not in ("tcp", "ws", "wss"):
+        return None
+    host = rest.rsplit(":", 1)[0]
+    return host.split(";")[-1]  # tcp://eth0;0.0.0.0:5557 names an interface first
+
+
+def _where(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
+    """The listeners of ``settings`` (a ``NodeSettings``) reachable off this host whose
+    clients are not authenticated; ``curve`` is the node's ``CurveKeys`` in force."""
+    tls = settings.tls
+    mutual = tls.authenticated and not tls.disable_ssl
+    certs = "--cert, --key and --ca (mutual TLS; `broker-spark certs` makes them)"
+    out: list[OpenListener] = []
+    if not mutual:
+        if settings.listen is not None and not is_loopback(settings.listen[0]):
+            out.append(
+                OpenListener(
+                    f"--listen {_where(*settings.listen)}",
+                    "anyone may peer and publish into this node (its spool, its stores)",
+                    certs,
+                )
+            )
+        if settings.websocket is not None and not is_loopback(settings.websocket[0]):
+            out.append(
+                OpenListener(
+                    f"--websocket {_where(*settings.websocket)}",
+                    "anyone may publish and subscribe through Zeek's WebSocket API",
+                    certs,
+                )
+            )
+        if settings.spool_dir and settings.relay is not None and not is_loopback(settings.relay[0]):
+            out.append(
+                OpenListener(
+                    f"--relay {_where(*settings.relay)}",
+                    "anyone may read everything the spool keeps",
+                    certs,
+                )
+            )
+    if settings.zeromq_logs:
+        host = _zeromq_host(settings.zeromq_logs)
+        server = curve is not None and curve.server_enabled
+        if host is not None and not is_loopback(host) and not server:
+            out.append(
+                OpenListener(
+                    f"--zeromq-logs {settings.zeromq_logs}",
+                    "anyone may push log batches into this logger",
+                    "CURVE keys (--curve-server-secretkey and --curve-client-publickey, "
+                    "or Zeek's ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* variables)",
+                )
+            )
+    return out
+
+
+def check_exposure(settings: Any, curve: Any = None) -> list[str]:
+    """Refuse (UsageError) listeners off loopback without client authentication, unless
+    ``settings.allow_anonymous``; then return the warnings to print at start."""
+    found = open_listeners(settings, curve)
+    if not found:
+        return []
+    if not settings.allow_anonymous:
+        first = found[0]
+        more = "".join(f"; {o.flag} too" for o in found[1:])
+        raise UsageError(
+            f"{first.flag} is reachable from other hosts and its clients are not "
+            f"authenticated: {first.exposes}{more}. Give {first.remedy}, bind to "
+            "127.0.0.1, or pass --allow-anonymous (allow_anonymous = true in [endpoint]) "
+            "to accept anyone (docs/security.md)"
+        )
+    return [
+        f"{o.flag} accepts unauthenticated clients (--allow-anonymous): {o.exposes}" for o in found
+    ]
