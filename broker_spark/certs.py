@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +134,13 @@ def write_pem(path: str | Path, data: bytes) -> Path:
     """Write PEM bytes; private keys are readable by the owner only."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(data)
     if b"PRIVATE KEY" in data:
-        p.chmod(0o600)
+        # Created owner-only, never readable by others even for a moment (a key rewritten
+        # with --force gets its mode set again before its new bytes go in).
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    else:
+        p.write_bytes(data)
     return p

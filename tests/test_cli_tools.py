@@ -21,13 +21,20 @@ def test_certs_writes_a_ca_and_node_certificates(tmp_path: Path, capsys) -> None
     assert names == ["ca.key", "ca.pem", "x.key", "x.pem", "y.key", "y.pem"]
     for name in names:
         assert f"wrote {out / name}" in printed
-    assert f"--cert {out / 'x.pem'} --key {out / 'x.key'} --ca {out / 'ca.pem'}" in printed
-    snippet = printed.split("or in a node config:\n", 1)[1]
+    import json
+    import textwrap
+
     import tomllib
 
-    tls = tomllib.loads(snippet)["tls"]
-    assert tls == {"certificate": str(out / "x.pem"), "key": str(out / "x.key"),
-                   "cafile": str(out / "ca.pem")}  # fmt: skip
+    for node in ("x", "y"):  # each node: its flags, [tls] and Spark options
+        cert, key, ca = str(out / f"{node}.pem"), str(out / f"{node}.key"), str(out / "ca.pem")
+        block = printed.split(f"\n{node}:\n", 1)[1]
+        assert block.startswith(f"  flags: --cert {cert} --key {key} --ca {ca}\n")
+        toml, spark = block.split("  node config:\n", 1)[1].split("  Spark options: ", 1)
+        tls = tomllib.loads(textwrap.dedent(toml))["tls"]
+        assert tls == {"certificate": cert, "key": key, "cafile": ca}
+        options = json.loads(spark.split("\n", 1)[0])
+        assert options == {"ssl.certificate": cert, "ssl.key": key, "ssl.cafile": ca}
     assert stat.S_IMODE((out / "x.key").stat().st_mode) == 0o600
     ca = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
     node = x509.load_pem_x509_certificate((out / "y.pem").read_bytes())

@@ -37,8 +37,17 @@ class Relay:
     """A relay node in this process: an endpoint subscribed to ``zeek/``, its spool and its
     server, and a publisher endpoint peered with it."""
 
-    def __init__(self, path: Path, tls: bool = False, port: int = 0, **spool: Any) -> None:
-        config = broker.Configuration(broker.BrokerOptions(disable_ssl=not tls))
+    def __init__(
+        self,
+        path: Path,
+        tls: bool = False,
+        port: int = 0,
+        config: broker.Configuration | None = None,
+        **spool: Any,
+    ) -> None:
+        if config is None:
+            config = broker.Configuration(broker.BrokerOptions(disable_ssl=not tls))
+        tls = tls or not config.options.disable_ssl
         self.node = RelayNode(
             SpoolSettings(str(path), ["zeek/"], ("127.0.0.1", port), spool.get("bytes"), None)
         )

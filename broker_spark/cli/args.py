@@ -8,6 +8,8 @@ WebSocket API makes sense), ``--wait SECONDS``, the TLS flags and ``--no-tls``.
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from broker_spark.cli.errors import UsageError
@@ -89,6 +91,33 @@ TLS_FLAGS = {
 }
 
 
+#: Where the key's passphrase comes from when ``--passphrase`` is not given.
+PASSPHRASE_ENV = "BROKER_SPARK_TLS_PASSPHRASE"
+
+
+def secret_text(text: str, what: str = "--passphrase") -> str:
+    """A secret as given: the text itself, or ``@FILE`` for the contents of FILE (stripped),
+    which keeps it off the command line and out of the process list."""
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+
+
+def tls_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The TLS settings the flags give (``TLSSettings`` field names, only those given); the
+    passphrase from ``--passphrase`` (text or ``@FILE``) or else ``$BROKER_SPARK_TLS_PASSPHRASE``."""
+    given = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
+    out = {name: value for name, value in given.items() if value is not None}
+    if "passphrase" in out:
+        out["passphrase"] = secret_text(out["passphrase"])
+    elif os.environ.get(PASSPHRASE_ENV):
+        out["passphrase"] = os.environ[PASSPHRASE_ENV]
+    return out
+
+
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     """Broker's TLS options: anonymous TLS by default, mutual TLS with certificates."""
     group = parser.add_argument_group(
@@ -100,7 +129,11 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     group.add_argument("--ca", metavar="FILE", help="CA certificate(s) to verify peers with")
     group.add_argument("--capath", metavar="DIR", help="directory of CA certificates")
-    group.add_argument("--passphrase", metavar="TEXT", help="passphrase of an encrypted key")
+    group.add_argument(
+        "--passphrase",
+        metavar="TEXT|@FILE",
+        help=f"passphrase of an encrypted key; @FILE reads it from FILE (default: ${PASSPHRASE_ENV})",
+    )
     group.add_argument(
         "--no-tls", action="store_true", help="plain TCP (the peer must disable TLS too)"
     )
@@ -153,10 +186,7 @@ def client_configuration(args: argparse.Namespace) -> Any:
     """The Configuration of a short-lived client endpoint (a leaf: it never forwards)."""
     from broker_spark.config import BrokerOptions, TLSSettings
 
-    tls = TLSSettings(
-        disable_ssl=bool(args.no_tls),
-        **{name: getattr(args, flag) or "" for flag, name in TLS_FLAGS.items()},
-    )
+    tls = TLSSettings(disable_ssl=bool(args.no_tls), **tls_flags(args))
     config = tls.configuration(BrokerOptions(disable_forwarding=True))
     check_tls(config)
     return config

@@ -98,8 +98,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_usage(out: Path, nodes: list[str]) -> None:
+    """Per node: its flags, its node configuration's ``[tls]`` and its Spark options."""
+    import json
+
+    from broker_spark.config import TLSSettings
+
     where = out.resolve()
-    cert, key, ca = where / f"{nodes[0]}.pem", where / f"{nodes[0]}.key", where / "ca.pem"
-    print(f"use them with: --cert {cert} --key {key} --ca {ca}")
-    print(f'or in a node config:\n  [tls]\n  certificate = "{cert}"\n  key = "{key}"')
-    print(f'  cafile = "{ca}"')
+    ca = where / "ca.pem"
+    print(f"keep {where / 'ca.key'} here; give each node ca.pem and its own two files")
+    for node in nodes:
+        cert, key = where / f"{node}.pem", where / f"{node}.key"
+        tls = TLSSettings(certificate=str(cert), key=str(key), cafile=str(ca))
+        print(f"{node}:")
+        print(f"  flags: --cert {cert} --key {key} --ca {ca}")
+        print("  node config:")
+        print(f'    [tls]\n    certificate = "{cert}"\n    key = "{key}"\n    cafile = "{ca}"')
+        print(f"  Spark options: {json.dumps(tls.spark_options())}")

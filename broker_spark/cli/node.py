@@ -19,11 +19,11 @@ import threading
 from typing import Any
 
 from broker_spark.cli.args import (
-    TLS_FLAGS,
     add_tls_arguments,
     check_tls,
     host_port,
     positive_float,
+    tls_flags,
 )
 from broker_spark.cli.errors import CliError, UsageError
 from broker_spark.cli.exposure import check_exposure
@@ -205,8 +205,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
     flags = {CURVE_FLAGS[f]: getattr(args, f) for f in CURVE_FLAGS if getattr(args, f)}
     if flags:  # flags replace the file's keys as a whole: a pair must come from one place
         s.curve = flags
-    tls = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
-    s.tls = s.tls.replace(**{name: value for name, value in tls.items() if value is not None})
+    s.tls = s.tls.replace(**tls_flags(args))
     if args.allow_anonymous:
         s.allow_anonymous = True
     if args.no_relay:

@@ -20,7 +20,7 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     key = "certs/a.key"
     cafile = "certs/ca.pem"
     capath = ""
-    passphrase = ""
+    passphrase = ""              # or "@FILE": read from FILE (the key's passphrase)
 
     [options]                     # any BrokerOptions field: ttl, disable_forwarding,
     ttl = 16                      # peer_buffer_size, peer_overflow_policy, ...
@@ -132,7 +132,7 @@ class NodeSettings:
     spool_retention_seconds: float | None = 7 * 24 * 3600.0
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
     zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
-    curve: dict[str, str] = field(default_factory=dict)  # CURVE keys, named as Zeek's options
+    curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
     websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
     metrics: HostPort | None = None  # serve Prometheus metrics here
     allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
@@ -270,7 +270,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
     )
     s.tls = TLSSettings(
         disable_ssl=r.typed("[tls]", "disable", tls.get("disable", False), bool),
-        passphrase=r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str),
+        passphrase=_passphrase(r, r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str)),
         **{name: r.path_value("[tls]", name, tls.get(name, "")) for name in TLS_FILES},
     )
     s.options = dict(r.keys("[options]", doc.get("options", {}), _option_names()))
@@ -342,6 +342,18 @@ def _zeromq_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
         value = r.typed("[zeromq]", key, zeromq.get(key, ""), str)
         if value:
             s.curve[key.removeprefix("curve_")] = value
+
+
+def _passphrase(r: _Reader, text: str) -> str:
+    """``[tls] passphrase``: the text, or ``@FILE`` (relative to the configuration file) for
+    the contents of FILE, so the secret need not sit in the configuration."""
+    if not text.startswith("@"):
+        return text
+    path = r.path_value("[tls]", "passphrase", text[1:])
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail(f"[tls] passphrase: cannot read {path}: {exc}") from None
 
 
 def _tables(r: _Reader, doc: dict[str, Any], name: str) -> list[Any]:

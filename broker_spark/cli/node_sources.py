@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
-from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.cli.args import secret_text
+from broker_spark.cli.errors import CliError
 
 __all__ = ["CURVE_FLAGS", "NodeSources", "add_source_arguments", "curve_keys"]
 
@@ -82,12 +82,8 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _key_value(flag: str, value: str) -> str:
-    if not value.startswith("@"):
-        return value
-    try:
-        return Path(value[1:]).expanduser().read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--{flag.replace('_', '-')}: cannot read {value[1:]}: {exc}") from None
+    """A CURVE key as given, or ``@FILE`` for the contents of FILE."""
+    return secret_text(value, "--" + flag.replace("_", "-"))
 
 
 def curve_keys(given: dict[str, str]) -> Any:
@@ -159,16 +155,19 @@ class NodeSources:
 
     def start(self, topics: list[str], retry: float) -> None:
         """Join the proxy (retrying, from a thread) and bridge to each WebSocket API."""
+        from broker_spark.websocket.bridge import without_credentials
+
         for url in self.settings.websocket_peers:
-            log.info("subscribing at the WebSocket API %s (redialling every %g s)", url, retry)
+            shown = without_credentials(url)
+            log.info("subscribing at the WebSocket API %s (redialling every %g s)", shown, retry)
             try:
                 self.endpoint.web_socket_peer(url, topics, retry=retry or JOIN_RETRY)
             except ValueError as exc:
-                raise CliError(f"--websocket-peer {url}: {exc}") from None
+                raise CliError(f"--websocket-peer {shown}: {exc}") from None
         if self.settings.websocket_peers and self.counts is not None:
             self.counts.register(
                 "websocket",
-                "websocket " + " ".join(self.settings.websocket_peers),
+                "websocket " + " ".join(map(without_credentials, self.settings.websocket_peers)),
                 lambda: {"connected": self._connected("websocket")},
             )
         if self._proxy is None:

@@ -19,6 +19,7 @@ __all__ = [
     "BrokerOptionError",
     "HostPort",
     "WebSocketTarget",
+    "is_secret_option",
     "parse_host_port",
     "parse_websocket",
     "split_top_level",
@@ -28,6 +29,16 @@ DEFAULT_WEBSOCKET_PATH = "/v1/messages/json"
 _SECRET = frozenset(
     {"ssl.passphrase", "zeromq.curveServerSecretKey", "zeromq.curveClientSecretKey"}
 )
+# Names that look like a secret's, misspelled ones included (``ssl.passphrse``): their
+# values never show in an error either.
+_SECRET_LIKE = re.compile(r"(?i)pass|secret|token|credential|password")
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether the value of option ``name`` must never be shown (errors, logs, reprs)."""
+    return name in _SECRET or bool(_SECRET_LIKE.search(name))
+
+
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?\Z"
 )
@@ -39,11 +50,12 @@ class BrokerOptionError(BrokerError, ValueError):
     code = EC.InvalidData
 
     def __init__(self, option: str, value: Any, reason: str) -> None:
-        shown = "***" if option in _SECRET and value is not None else repr(value)
+        secret = is_secret_option(option)
+        shown = "***" if secret and value is not None else repr(value)
         where = f"option {option}" if value is None else f"option {option}={shown}"
         super().__init__(f"{where}: {reason}")
         self.option = option
-        self.value = None if option in _SECRET else value
+        self.value = None if secret else value
 
 
 # --- values ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from broker_spark.spark.option_values import (
     BrokerOptionError,
     HostPort,
     WebSocketTarget,
+    is_secret_option,
     parse_host_port,
     parse_websocket,
     split_top_level,
@@ -250,7 +251,8 @@ class _Raw:
             name = canonical[lower]
             text = _text(value)
             if name in self.values and self.values[name] != text:
-                raise BrokerOptionError(name, value, f"given twice, also as {self.values[name]!r}")
+                earlier = "***" if is_secret_option(name) else repr(self.values[name])
+                raise BrokerOptionError(name, value, f"given twice, also as {earlier}")
             self.values[name] = text
 
     def get(self, name: str) -> str | None:

@@ -22,10 +22,15 @@ status (nothing is sampled in between, nothing drifts):
 from __future__ import annotations
 
 import logging
+import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -98,13 +103,67 @@ class StatusCollector(Collector):
         yield lag
 
 
+#: Seconds a metrics client may stay silent (or take to send its request) before it is
+#: dropped; a scrape takes milliseconds.
+CLIENT_TIMEOUT = 10.0
+#: Connections served at once; beyond, new ones are closed at once (a scraper needs one).
+MAX_CLIENTS = 32
+
+
+class _Handler(WSGIRequestHandler):
+    """prometheus_client's handler, quiet, with a deadline: an idle or slow client holds its
+    thread for ``CLIENT_TIMEOUT`` seconds at most."""
+
+    timeout = CLIENT_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """Log nothing per request (a scrape every few seconds)."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``MAX_CLIENTS`` at once (start_http_server's server
+    has neither a deadline nor a bound, so idle sockets could pile up threads)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: this one is refused, the others served
+            return
+        super().process_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out, hung up or sent garbage: that connection ends, quietly
+        (socketserver would print a traceback for each)."""
+        log.debug("metrics client %s: %s", client_address, sys.exc_info()[1])
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class MetricsServer:
     """``/metrics`` on ``host:port`` (port 0: a free one) from its own thread, until closed."""
 
     def __init__(self, status: Callable[[], dict[str, Any]], host: str, port: int) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
-        self._server, self._thread = start_http_server(port, host or "0.0.0.0", self.registry)
+        host = host or "0.0.0.0"
+        server_class = type("_MetricsServer", (_Server,), {})
+        server_class.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._server = make_server(
+            host, port, make_wsgi_app(self.registry), server_class, handler_class=_Handler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="broker-spark-metrics", daemon=True
+        )
+        self._thread.start()
         self.port: int = self._server.server_port
 
     def close(self) -> None:

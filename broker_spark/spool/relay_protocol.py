@@ -88,6 +88,9 @@ DEFAULT_CREDIT = 16 << 20
 
 #: Seconds without a frame after which the owner sends a heartbeat.
 HEARTBEAT_INTERVAL = 1.0
+#: Seconds a new connection may take to send its HELLO; a client that stays silent
+#: longer is closed, so idle sockets cannot pile up on a relay.
+HELLO_TIMEOUT = 10.0
 
 _RECORDS_HEAD = struct.Struct(">BQI")
 
@@ -184,9 +187,10 @@ class RelayServerSession:
     ``stop`` or ``restart_at``.
     """
 
-    def __init__(self, relay_id: str, *, local: bool = False) -> None:
+    def __init__(self, relay_id: str, *, local: bool = False, now: float = 0.0) -> None:
         self.relay_id = relay_id
         self.local = local
+        self._opened = now
         self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
         self.role: str | None = None
         self.name = ""
@@ -197,6 +201,11 @@ class RelayServerSession:
         self._credit = 0  # bytes the reader allows beyond what it took
         self._in_flight = 0  # bytes sent and not yet acknowledged
         self._last_sent = 0.0
+
+    def hello_overdue(self, now: float) -> bool:
+        """Whether the connection, opened at the ``now`` given to the constructor, has gone
+        :data:`HELLO_TIMEOUT` seconds without a HELLO (answer :meth:`error`, close)."""
+        return self.role is None and now - self._opened >= HELLO_TIMEOUT
 
     # --- receiving ------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from typing import Any
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
+    HELLO_TIMEOUT,
     RelayProtocolError,
     RelayServerSession,
     ServerEvent,
@@ -107,7 +108,12 @@ class SpoolServer:
 
         async def start() -> int:
             server = await asyncio.start_server(
-                lambda r, w: self._spawn(r, w, local=False), host or None, port, ssl=tls
+                lambda r, w: self._spawn(r, w, local=False),
+                host or None,
+                port,
+                ssl=tls,
+                # A client that never finishes its TLS handshake is dropped as a silent one is.
+                ssl_handshake_timeout=HELLO_TIMEOUT if tls is not None else None,
             )
             self._servers.append(server)
             return server.sockets[0].getsockname()[1]
@@ -152,7 +158,7 @@ class SpoolServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
     ) -> None:
         loop = asyncio.get_running_loop()
-        session = RelayServerSession(self.service.id or "", local=local)
+        session = RelayServerSession(self.service.id or "", local=local, now=loop.time())
         peer = _peer_name(writer, local)
         key = id(session)
         self._readers[key] = _Reader(session, peer, time.time())
@@ -178,6 +184,10 @@ class SpoolServer:
                 waiter.cancel()
                 woken.clear()
                 if incoming not in done:
+                    if session.hello_overdue(loop.time()):
+                        log.warning("spool reader %s: no HELLO in time; closing", peer)
+                        writer.write(session.error("timeout", "no HELLO in time"))
+                        return
                     continue
                 data = incoming.result()
                 if not data:

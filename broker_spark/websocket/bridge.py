@@ -57,7 +57,7 @@ from broker_spark.websocket.ws_link import WebSocketLink, close_connection
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
 
-__all__ = ["WebSocketPeer", "normalize_url"]
+__all__ = ["WebSocketPeer", "normalize_url", "without_credentials"]
 
 #: Sent in the opening handshake; Zeek 8 shows it in cluster.log.
 APPLICATION_NAME = "broker-spark"
@@ -65,12 +65,23 @@ APPLICATION_NAME = "broker-spark"
 _EC_BY_NAME = {ec.snake_name: ec for ec in EC}
 
 
+def without_credentials(url: str) -> str:
+    """``url`` as it may be shown (logs, errors, statuses): a ``user:password@`` is ``***@``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}://{authority}{slash}{path}"
+
+
 def normalize_url(url: str) -> str:
     """``url`` with the API's path when it has none; ValueError when it is no ws(s) URL."""
     try:
         parsed = parse_uri(url)
     except Exception as exc:  # websockets' InvalidURI
-        raise ValueError(f"not a WebSocket URL: {url!r} ({exc})") from None
+        raise ValueError(f"not a WebSocket URL: {without_credentials(url)!r} ({exc})") from None
     if parsed.path in ("", "/"):
         base = url.rstrip("/") if not parsed.query else url.split("?", 1)[0].rstrip("/")
         return base + JSON_PATH + (f"?{parsed.query}" if parsed.query else "")
@@ -98,6 +109,7 @@ class WebSocketPeer:
     ) -> None:
         self.core = core
         self.url = url
+        self.shown = without_credentials(url)  # the URL in messages: no password
         self.topics = topics
         self.publish_topics = publish_topics
         self.window = window
@@ -176,7 +188,7 @@ class WebSocketPeer:
                 additional_headers={"X-Application-Name": APPLICATION_NAME},
             )
         except Exception as exc:  # OSError, a timeout, websockets' InvalidHandshake family
-            self._fail(EC.PeerUnavailable, f"cannot connect to {self.url}: {exc!r}")
+            self._fail(EC.PeerUnavailable, f"cannot connect to {self.shown}: {exc!r}")
             return
         link: WebSocketLink | None = None
         try:
@@ -199,7 +211,7 @@ class WebSocketPeer:
                 self.core.add_link(link)
             except BrokerError as exc:
                 link.close()
-                self._fail(exc.code, f"cannot peer with {self.url}: {exc}")
+                self._fail(exc.code, f"cannot peer with {self.shown}: {exc}")
                 return
             self.link = link
             self._resolve(True)
@@ -219,13 +231,13 @@ class WebSocketPeer:
             text = await asyncio.wait_for(ws.recv(), self.open_timeout)
             reply = parse_server_reply(text)
         except (ConnectionClosed, OSError, asyncio.TimeoutError, BrokerError) as exc:
-            self._fail(EC.PeerUnavailable, f"no ack from {self.url}: {exc!r}")
+            self._fail(EC.PeerUnavailable, f"no ack from {self.shown}: {exc!r}")
             return None
         if reply.kind != "ack":
-            self._fail(EC.PeerInvalid, f"{self.url} answered the subscriptions with {reply!r}")
+            self._fail(EC.PeerInvalid, f"{self.shown} answered the subscriptions with {reply!r}")
             return None
         if reply.a == self.core.node_str:
-            self._fail(EC.PeerInvalid, f"{self.url} is this endpoint's own WebSocket API")
+            self._fail(EC.PeerInvalid, f"{self.shown} is this endpoint's own WebSocket API")
             return None
         return reply
 
@@ -258,7 +270,7 @@ class WebSocketPeer:
                     payload = encode(reply.b)
             except (BrokerError, ValueError) as exc:
                 core.emit(
-                    Error(EC.DeserializationFailed, f"bad message from {self.url}: {exc}", info)
+                    Error(EC.DeserializationFailed, f"bad message from {self.shown}: {exc}", info)
                 )
                 continue
             if reply.kind == "data":
@@ -267,4 +279,4 @@ class WebSocketPeer:
                     return
             elif reply.kind == "error" and not link.server_error(reply.a, reply.b):
                 code = _EC_BY_NAME.get(reply.a, EC.Unspecified)
-                core.emit(Error(code, f"{self.url} reported {reply.a}: {reply.b}", info))
+                core.emit(Error(code, f"{self.shown} reported {reply.a}: {reply.b}", info))

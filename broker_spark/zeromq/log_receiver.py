@@ -218,7 +218,8 @@ class ZeroMQLogReceiver:
             bad = _bad_frames(heads, len(frames))
             if bad:
                 self.rejected += 1
-                sender = heads[1].decode("utf-8", "replace") if len(heads) > 1 else "?"
+                # quoted: a sender's id is its own text, and must not forge a log line
+                sender = repr(heads[1].decode("utf-8", "replace")) if len(heads) > 1 else "?"
                 self._complain(
                     f"ZeroMQ logs on {self.endpoint}: dropped a message from {sender}: {bad}"
                 )
