@@ -63,11 +63,29 @@ def test_idle_and_half_frame_clients_are_dropped_and_readers_served(
         idle = [socket.create_connection(("127.0.0.1", relay.port)) for _ in range(20)]
         half = socket.create_connection(("127.0.0.1", relay.port))
         half.sendall(struct.pack(">I", 1000) + b"\x01partial")  # a frame that never ends
+        slow = socket.create_connection(("127.0.0.1", relay.port))
+        slow.sendall(struct.pack(">I", 1000))
+
+        sent: list[int] = []
+
+        def trickle() -> None:  # a byte every 0.1 s: never idle, never a HELLO
+            for _ in range(50):
+                try:
+                    slow.sendall(b"x")
+                except OSError:
+                    return
+                sent.append(1)
+                time.sleep(0.1)
+
+        dripping = threading.Thread(target=trickle)
+        dripping.start()
         started = time.monotonic()
-        for sock in [*idle, half]:
+        for sock in [*idle, half, slow]:
             assert b"no HELLO in time" in _closed_within(sock, 10.0)
             sock.close()
         assert time.monotonic() - started < 8.0
+        dripping.join()
+        assert len(sent) < 40  # cut off while still sending, not after it stopped
         assert wait_for(lambda: len(relay.node.server.readers()) == 1, 10.0)
         assert len(reader.fetch(0, 20, 10)) > 0  # the good reader never noticed
         relay.publish(20, 5)

@@ -139,8 +139,46 @@ def test_tls_options_fill_an_endpoint_configuration() -> None:
         "/cas",
     )
     assert config.authenticated and not config.options.disable_ssl
-    plain = reader(topics="/t", listen=":1", **{"ssl.disable": "true"}).connection.configuration()
-    assert plain.options.disable_ssl and not plain.authenticated
+    plain = reader(topics="/t", listen="127.0.0.1:1", **{"ssl.disable": "true"})
+    assert plain.connection.configuration().options.disable_ssl
+    assert not plain.connection.configuration().authenticated
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"listen": ":9999"}, "listen"),  # every interface, anonymous TLS
+        ({"listen": "0.0.0.0:9999", "ssl.disable": "true"}, "listen"),
+        ({"listen": "10.0.0.5:9999"}, "listen"),
+        ({"format": "zeek-logs", "zeromq.logs": "tcp://0.0.0.0:5557"}, "zeromq.logs"),
+        ({"format": "zeek-logs", "zeromq.logs": "tcp://*:5557"}, "zeromq.logs"),
+    ],
+)
+def test_listeners_other_hosts_reach_need_authentication_or_allow_anonymous(
+    options: dict[str, str], refused: str
+) -> None:
+    with pytest.raises(BrokerOptionError) as err:
+        reader(topics="/t", **options)
+    assert err.value.option == refused and "allowAnonymous=true" in str(err.value)
+    opts = reader(topics="/t", allowAnonymous="true", **options)
+    assert opts.allow_anonymous
+
+
+def test_mutual_tls_curve_and_loopback_need_no_opt_out() -> None:
+    from broker_spark.zeromq.curve import generate_keypair
+
+    mutual = {"ssl.certificate": "/c", "ssl.key": "/k", "ssl.cafile": "/ca"}
+    assert not reader(topics="/t", listen=":9999", **mutual).allow_anonymous
+    for local in ("127.0.0.1:9999", "[::1]:9999", "localhost:9999"):
+        reader(topics="/t", listen=local)
+    server, client = generate_keypair(), generate_keypair()
+    curve = {
+        "zeromq.curveServerPublicKey": server["public"],
+        "zeromq.curveServerSecretKey": server["secret"],
+        "zeromq.curveClientPublicKey": client["public"],
+    }
+    reader(topics="/t", format="zeek-logs", **{"zeromq.logs": "tcp://0.0.0.0:5557", **curve})
+    reader(topics="/t", format="zeek-logs", **{"zeromq.logs": "ipc:///tmp/zeek-logs"})
 
 
 @pytest.mark.parametrize(

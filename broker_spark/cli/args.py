@@ -108,12 +108,13 @@ def secret_text(text: str, what: str = "--passphrase") -> str:
 
 def tls_flags(args: argparse.Namespace) -> dict[str, str]:
     """The TLS settings the flags give (``TLSSettings`` field names, only those given); the
-    passphrase from ``--passphrase`` (text or ``@FILE``) or else ``$BROKER_SPARK_TLS_PASSPHRASE``."""
+    passphrase from ``--passphrase`` (text or ``@FILE``) or, with a ``--key``, from
+    ``$BROKER_SPARK_TLS_PASSPHRASE`` (only then: a passphrase alone would ask for mutual TLS)."""
     given = {name: getattr(args, flag) for flag, name in TLS_FLAGS.items()}
     out = {name: value for name, value in given.items() if value is not None}
     if "passphrase" in out:
         out["passphrase"] = secret_text(out["passphrase"])
-    elif os.environ.get(PASSPHRASE_ENV):
+    elif out.get("key") and os.environ.get(PASSPHRASE_ENV):
         out["passphrase"] = os.environ[PASSPHRASE_ENV]
     return out
 
@@ -132,7 +133,8 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--passphrase",
         metavar="TEXT|@FILE",
-        help=f"passphrase of an encrypted key; @FILE reads it from FILE (default: ${PASSPHRASE_ENV})",
+        help=f"passphrase of an encrypted key; @FILE reads it from FILE (default with --key: "
+        f"${PASSPHRASE_ENV})",
     )
     group.add_argument(
         "--no-tls", action="store_true", help="plain TCP (the peer must disable TLS too)"

@@ -19,14 +19,13 @@ The metrics port only serves counters and is left to the operator's network.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from dataclasses import dataclass
 from typing import Any
 
+from broker_spark.addresses import is_loopback, zeromq_bind_host
 from broker_spark.cli.errors import UsageError
 
-__all__ = ["OpenListener", "check_exposure", "is_loopback", "open_listeners"]
+__all__ = ["OpenListener", "check_exposure", "open_listeners"]
 
 
 @dataclass(frozen=True)
@@ -36,39 +35,6 @@ class OpenListener:
     flag: str  # the flag and address, as the user gave them: "--relay 0.0.0.0:9998"
     exposes: str  # what an unauthenticated client could do there
     remedy: str  # what authenticates its clients
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name) is reachable from this host only.
-
-    The wildcard (``""``, ``0.0.0.0``, ``::``, ``*``) is every interface. A name
-    counts as loopback only when every address it resolves to is one, so an
-    unknown or unresolvable name is treated as reachable.
-    """
-    host = host.strip("[]")
-    if host in ("", "*"):
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except (OSError, UnicodeError):
-        return False
-    addresses = {info[4][0] for info in infos}
-    return bool(addresses) and all(
-        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses
-    )
-
-
-def _zeromq_host(endpoint: str) -> str | None:
-    """The host a ZeroMQ endpoint binds (None for ipc:// and inproc://, local by nature)."""
-    scheme, _, rest = endpoint.partition("://")
-    if scheme not in ("tcp", "ws", "wss"):
-        return None
-    host = rest.rsplit(":", 1)[0]
-    return host.split(";")[-1]  # tcp://eth0;0.0.0.0:5557 names an interface first
 
 
 def _where(host: str, port: int) -> str:
@@ -108,7 +74,7 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
                 )
             )
     if settings.zeromq_logs:
-        host = _zeromq_host(settings.zeromq_logs)
+        host = zeromq_bind_host(settings.zeromq_logs)
         server = curve is not None and curve.server_enabled
         if host is not None and not is_loopback(host) and not server:
             out.append(

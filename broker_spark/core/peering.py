@@ -21,9 +21,10 @@ gives the dialler the listener's filter, but the listener may not have taken the
 handshake's last message yet when the dialler is done (it is the originator's
 ``originator_ack``), and over version 2 our first subscription travels after the
 handshake. So a new link that a ``peer()`` call waits for first sends a ping
-behind all that, and ``peer()`` returns on its pong: a peer reads in order and answers a ping only after every
-earlier message (WIRE.md), so by then it has the link and our subscriptions, and
-a publication it makes right after our ``peer()`` returned reaches us.
+behind all that, and ``peer()`` returns on its pong: a peer reads in order and
+answers a ping only after every earlier message (WIRE.md), so by then it has the
+link and our subscriptions, and a publication it makes right after our ``peer()``
+returned reaches us.
 
 Filters: in version 1 a peer only forwards what its neighbours' filters ask
 for, so each neighbour is told :func:`~broker_spark.protocol.peering.advertised_filter`

@@ -109,6 +109,7 @@ _ZEROMQ = (
 )
 _SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES, *_ZEROMQ)
 _READER = (
+    "allowAnonymous",
     "topics",
     "store",
     "startingOffsets",
@@ -202,6 +203,9 @@ class ReaderOptions:
     relays: tuple[HostPort, ...] = ()  # read relays' spools (broker-spark node --spool) instead
     receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
     receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
+    #: ``listen`` or ``zeromq.logs`` reachable from other hosts may take unauthenticated
+    #: clients (a default Zeek's anonymous TLS); otherwise they need mutual TLS or CURVE
+    allow_anonymous: bool = False
     #: the options as given (canonical names, texts): what a receiver process is started with
     given: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
@@ -442,6 +446,9 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
             "one of them is required to reach Broker peers (or, for a Zeek cluster on the "
             "ZeroMQ backend, zeromq.proxy, and zeromq.logs for its logs)",
         )
+    allow_anonymous = raw.boolean("allowAnonymous", False)
+    if not allow_anonymous:
+        _refuse_open_listeners(conn)
     idle_timeout = _seconds(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
     if idle_timeout <= 0:
         raise BrokerOptionError(
@@ -490,8 +497,39 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         relays=relays,
         receiver=raw.boolean("receiver", True),
         receiver_idle_timeout=idle_timeout,
+        allow_anonymous=allow_anonymous,
         given=tuple(sorted(raw.values.items())),
     )
+
+
+def _refuse_open_listeners(conn: ConnectionOptions) -> None:
+    """A ``listen`` or ``zeromq.logs`` other hosts reach needs its clients authenticated
+    (mutual TLS; CURVE for ZeroMQ), or ``allowAnonymous=true`` (``docs/security.md``)."""
+    from broker_spark.addresses import is_loopback, zeromq_bind_host
+
+    mutual = conn.ssl.authenticated and not conn.ssl.disable_ssl
+    if conn.listen is not None and not mutual and not is_loopback(conn.listen.host):
+        raise BrokerOptionError(
+            "listen",
+            str(conn.listen),
+            "is reachable from other hosts and peers would not be authenticated: give "
+            "ssl.certificate, ssl.key and ssl.cafile (mutual TLS, as in Zeek's "
+            "Broker::ssl_*), listen on 127.0.0.1, or set allowAnonymous=true to accept "
+            "any peer (a default Zeek peers with anonymous TLS)",
+        )
+    logs = conn.zeromq.logs
+    host = zeromq_bind_host(logs) if logs else None
+    if host is not None and not is_loopback(host):
+        keys = conn.zeromq.curve_keys()
+        if keys is None or not keys.server_enabled:
+            raise BrokerOptionError(
+                "zeromq.logs",
+                logs,
+                "is reachable from other hosts and senders would not be authenticated: give "
+                "the CURVE keys (zeromq.curveServerSecretKey and zeromq.curveClientPublicKey, "
+                "or Zeek's ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* variables), bind 127.0.0.1, or "
+                "set allowAnonymous=true to accept any sender",
+            )
 
 
 def _zeek_version(raw: _Raw) -> str:

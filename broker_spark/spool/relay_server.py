@@ -183,11 +183,11 @@ class SpoolServer:
                 )
                 waiter.cancel()
                 woken.clear()
+                if session.hello_overdue(loop.time()):  # silent, or a byte at a time
+                    log.warning("spool reader %s: no HELLO in time; closing", peer)
+                    writer.write(session.error("timeout", "no HELLO in time"))
+                    return
                 if incoming not in done:
-                    if session.hello_overdue(loop.time()):
-                        log.warning("spool reader %s: no HELLO in time; closing", peer)
-                        writer.write(session.error("timeout", "no HELLO in time"))
-                        return
                     continue
                 data = incoming.result()
                 if not data:

@@ -1,0 +1,47 @@
+"""Which addresses other hosts reach: what decides whether a listener needs authentication.
+
+``broker-spark node`` (``cli/exposure.py``) and the Spark reader's ``listen`` and
+``zeromq.logs`` options refuse a listener that other hosts reach unless its clients
+authenticate or the user says ``allow anonymous`` (``docs/security.md``); both ask
+these two questions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+__all__ = ["is_loopback", "zeromq_bind_host"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is reachable from this host only.
+
+    The wildcard (``""``, ``0.0.0.0``, ``::``, ``*``) is every interface. A name
+    counts as loopback only when every address it resolves to is one, so an
+    unknown or unresolvable name is treated as reachable.
+    """
+    host = host.strip("[]")
+    if host in ("", "*"):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addresses
+    )
+
+
+def zeromq_bind_host(endpoint: str) -> str | None:
+    """The host a ZeroMQ endpoint binds (None for ipc:// and inproc://, local by nature)."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme not in ("tcp", "ws", "wss"):
+        return None
+    host = rest.rsplit(":", 1)[0]
+    return host.split(";")[-1]  # tcp://eth0;0.0.0.0:5557 names an interface first
