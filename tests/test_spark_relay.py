@@ -49,7 +49,14 @@ class Relay:
             config = broker.Configuration(broker.BrokerOptions(disable_ssl=not tls))
         tls = tls or not config.options.disable_ssl
         self.node = RelayNode(
-            SpoolSettings(str(path), ["zeek/"], ("127.0.0.1", port), spool.get("bytes"), None)
+            SpoolSettings(
+                str(path),
+                ["zeek/"],
+                ("127.0.0.1", port),
+                spool.get("bytes"),
+                None,
+                spool.get("readers", {}),
+            )
         )
         self.endpoint = broker.Endpoint(config)
         self.node.subscribe(self.endpoint)

@@ -140,6 +140,14 @@ def register(sub: Any) -> None:
     )
     spool.add_argument("--no-relay", action="store_true", help="keep the spool, serve nobody")
     spool.add_argument(
+        "--reader",
+        type=_reader_grant,
+        action="append",
+        metavar="NAME=PREFIX[,PREFIX...]",
+        help="limit the relay reader whose certificate is named NAME ('*': any other) to "
+        "these topic prefixes (repeatable; needs mutual TLS; empty after '=': nothing)",
+    )
+    spool.add_argument(
         "--spool-retention",
         type=_size,
         metavar="SIZE",
@@ -208,6 +216,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
     s.tls = s.tls.replace(**tls_flags(args))
     if args.allow_anonymous:
         s.allow_anonymous = True
+    if args.reader:  # flags replace the file's table as a whole
+        s.spool_readers = dict(args.reader)
     if args.no_relay:
         s.relay = None
     if args.no_tls:
@@ -362,6 +372,11 @@ def _relay_node(settings: NodeSettings) -> Any:
         return None
     from broker_spark.cli.spool_node import RelayNode, SpoolSettings
 
+    if settings.spool_readers and (settings.tls.disable_ssl or not settings.tls.authenticated):
+        raise UsageError(
+            "--reader limits readers by the name in their certificate: it needs mutual TLS "
+            "(--cert, --key and --ca)"
+        )
     return RelayNode(
         SpoolSettings(
             settings.spool_dir,
@@ -369,8 +384,17 @@ def _relay_node(settings: NodeSettings) -> Any:
             settings.relay,
             settings.spool_retention_bytes,
             settings.spool_retention_seconds,
+            dict(settings.spool_readers),
         )
     )
+
+
+def _reader_grant(text: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME=PREFIX[,PREFIX...]``: a certificate name and the topic prefixes it may read."""
+    name, sep, prefixes = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=PREFIX[,PREFIX...]")
+    return name.strip(), tuple(p.strip() for p in prefixes.split(",") if p.strip())
 
 
 def _relay_tls(config: Any) -> Any:

@@ -43,6 +43,10 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     retention_bytes = 1073741824  # drop the oldest beyond this size
     retention_seconds = 604800    # or beyond this age
 
+    [spool.readers]               # limit readers (by their certificate's name) to topics
+    "dns-team" = ["zeek/logs/DNS::LOG"]   # this certificate reads the DNS log only
+    "*" = []                      # any other certificate: nothing (leave out: everything)
+
     [logs]                        # write Zeek's logs received here into files, as its logger
     dir = "zeek-logs"             # one PATH.log per log (conn.log, dns.log, ...)
     rotate = 3600                 # seconds between rotations (0: never)
@@ -136,6 +140,9 @@ class NodeSettings:
     websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
     metrics: HostPort | None = None  # serve Prometheus metrics here
     allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
+    #: relay readers limited to topic prefixes, by their certificate's common name ("*":
+    #: every other certificate); empty: every reader reads everything
+    spool_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
@@ -306,7 +313,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
 
 
 def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
-    known = ["dir", "topics", "relay", "retention_bytes", "retention_seconds"]
+    known = ["dir", "topics", "relay", "retention_bytes", "retention_seconds", "readers"]
     spool = r.keys("[spool]", doc.get("spool", {}), known)
     if "dir" in spool:
         s.spool_dir = r.path_value("[spool]", "dir", spool["dir"])
@@ -315,6 +322,13 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
     if "relay" in spool:
         relay = spool["relay"]
         s.relay = None if relay is False else r.address("[spool]", "relay", relay)
+    readers = spool.get("readers", {})
+    if not isinstance(readers, dict):
+        raise r.fail("[spool] readers must be a table: certificate name = [topic prefixes]")
+    s.spool_readers = {
+        str(name): tuple(r.strings("[spool.readers]", str(name), topics))
+        for name, topics in readers.items()
+    }
     for key in ("retention_bytes", "retention_seconds"):
         if key in spool:
             value = r.typed("[spool]", key, spool[key], (int, float))

@@ -13,7 +13,7 @@ driver that crashed) misses nothing the relay kept. See ``docs/relay.md``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker_spark.cli.errors import CliError, UsageError
@@ -47,6 +47,8 @@ class SpoolSettings:
     relay: tuple[str, int] | None
     retention_bytes: int | None
     retention_seconds: float | None
+    #: readers limited to topic prefixes by their certificate's name (see SpoolServer)
+    readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class RelayNode:
@@ -115,7 +117,9 @@ class RelayNode:
         )
         if self.settings.relay is None:
             return None
-        self.server = SpoolServer(self.service, name="broker-spark-relay")
+        self.server = SpoolServer(
+            self.service, name="broker-spark-relay", grants=self.settings.readers
+        )
         host, port = self.settings.relay
         try:
             return self.server.serve_tcp(host, port, tls)

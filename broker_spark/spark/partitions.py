@@ -126,6 +126,9 @@ class SpoolPartition(InputPartition):
         self.local_token: str | None = None
         self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
         self.relay_id: str | None = None  # the spool id of that relay (checked by the task)
+        #: records an inline stream holds when fewer than its offsets (a relay that limits
+        #: the reader to some topics left the others out); None: one per offset
+        self.count: int | None = None
 
     @classmethod
     def relayed(
@@ -145,7 +148,9 @@ class SpoolPartition(InputPartition):
         return part
 
     @classmethod
-    def inline(cls, start: int, end: int, records: bytes) -> SpoolPartition:
+    def inline(
+        cls, start: int, end: int, records: bytes, count: int | None = None
+    ) -> SpoolPartition:
         """A partition carrying ``records`` (a record stream), compressed when that helps.
 
         Every byte of an inline partition is copied several times on its way to
@@ -157,11 +162,15 @@ class SpoolPartition(InputPartition):
         several times for a fraction of that.
         """
         if INLINE_CODEC is None or not records:
-            return cls(start, end, packed=records)
-        packed = pa.Codec(INLINE_CODEC, compression_level=INLINE_LEVEL).compress(
-            records, asbytes=True
-        )
-        return cls(start, end, packed=packed, codec=INLINE_CODEC, size=len(records))
+            part = cls(start, end, packed=records)
+        else:
+            packed = pa.Codec(INLINE_CODEC, compression_level=INLINE_LEVEL).compress(
+                records, asbytes=True
+            )
+            part = cls(start, end, packed=packed, codec=INLINE_CODEC, size=len(records))
+        if count is not None and count != end - start:
+            part.count = count
+        return part
 
     def records(self) -> bytes:
         """The inline record stream, expanded."""
@@ -195,19 +204,21 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
 
         relay, ssl = partition.relay
 
-        def read(lo: int, hi: int) -> bytes:
+        def read(lo: int, hi: int) -> tuple[bytes, int]:
             return fetch_from_relay(relay, ssl, lo, hi, relay_id=partition.relay_id)
 
         return _read_range(partition, read)
     assert partition.spool_path is not None
     with Spool(partition.spool_path, readonly=True) as spool:
-        return _read_range(partition, spool.read_packed)
+        return _read_range(partition, lambda lo, hi: (spool.read_packed(lo, hi), hi - lo))
 
 
 def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
+    """``read(lo, hi)``, a record stream and its count, over the partition's range; past
+    what retention dropped when ``failOnDataLoss`` is false."""
     lo = partition.start
     try:
-        return read(lo, partition.end), partition.end - lo
+        return read(lo, partition.end)
     except DataLossError as exc:
         if partition.fail_on_data_loss:
             raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
@@ -215,7 +226,7 @@ def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
             ) from None
         lo = min(max(exc.earliest, partition.start), partition.end)
         log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
-        return read(lo, partition.end), partition.end - lo
+        return read(lo, partition.end)
 
 
 _heap_frozen = False
@@ -245,7 +256,8 @@ def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.Rec
     if not isinstance(partition, SpoolPartition):
         raise TypeError(f"not a partition of the broker source: {partition!r}")
     if partition.packed is not None:
-        packed, count = partition.records(), partition.end - partition.start
+        packed = partition.records()
+        count = partition.count if partition.count is not None else partition.end - partition.start
         if partition.local_token is not None:
             report_if_local(partition.spool_path, partition.local_token)
     else:

@@ -325,7 +325,7 @@ class RelayStreamReader(BrokerStreamReader):
     def _relay_partition(self, member: RelayRuntime, lo: int, hi: int) -> SpoolPartition:
         fail = self.options.fail_on_data_loss
         if self.options.partition_data == "inline":
-            part = SpoolPartition.inline(lo, hi, member.spool.read_packed(lo, hi))
+            part = SpoolPartition.inline(lo, hi, *member.spool.read_counted(lo, hi))
         else:
             part = SpoolPartition.relayed(
                 lo, hi, member.relay, self.options.connection.ssl, fail, member.relay_id

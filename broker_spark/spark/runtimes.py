@@ -161,9 +161,10 @@ def fetch_from_relay(
     timeout: float = FETCH_TIMEOUT,
     relay_id: str | None = None,
     retry: float = TASK_RETRY,
-) -> bytes:
+) -> tuple[bytes, int]:
     """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
-    relay reader does). A relay that cannot be reached (it restarts, the network is cut) is
+    relay reader does), and how many records it holds (fewer than the offsets when the
+    relay limits this reader to some topics). A relay that cannot be reached (it restarts, the network is cut) is
     tried again for ``retry`` seconds. Raises :class:`DataLossError` when the relay no
     longer holds the range, or serves another spool than ``relay_id``."""
     deadline = time.monotonic() + retry
@@ -184,7 +185,7 @@ def fetch_from_relay(
 
 def _fetch_once(
     relay: HostPort, ssl: TLSSettings, start: int, end: int, timeout: float, relay_id: str | None
-) -> bytes:
+) -> tuple[bytes, int]:
     with SpoolClient.tcp(relay.host, relay.port, tls_context(ssl)) as client:
         welcome = client.hello("follow", "task")
         if relay_id is not None and welcome.get("relay") != relay_id:
@@ -196,7 +197,7 @@ def _fetch_once(
                 f"{relay_id}): offsets {start} to {end - 1} of the planned one are not there",
             )
         try:
-            return client.fetch(start, end, timeout)
+            return client.fetch_counted(start, end, timeout)
         except RelayError as exc:
             if exc.relay_code == "data_loss":
                 earliest = int(exc.fields.get("earliest", end))
@@ -219,6 +220,10 @@ class RelayView:
         return self.end
 
     def read_packed(self, start: int, end: int) -> bytes:
+        return self._runtime.fetch(start, end)[0]
+
+    def read_counted(self, start: int, end: int) -> tuple[bytes, int]:
+        """:meth:`read_packed` and how many records it holds (see ``fetch_from_relay``)."""
         return self._runtime.fetch(start, end)
 
 
@@ -251,7 +256,9 @@ class RelayRuntime:
                 self.relay.host, self.relay.port, tls_context(self.options.connection.ssl)
             )
             try:
-                welcome = client.hello("follow", "reader")
+                # the topics it reads: a relay that limits this reader's certificate to
+                # others refuses at once (forbidden), rather than serving it nothing
+                welcome = client.hello("follow", "reader", topics=list(self.options.topics))
             except BaseException:
                 client.close()
                 raise
@@ -335,10 +342,10 @@ class RelayRuntime:
             log.warning("%s cannot be reached: %s%s", self.where, why, known)
         self.reachable, self.problem = False, why
 
-    def fetch(self, start: int, end: int) -> bytes:
+    def fetch(self, start: int, end: int) -> tuple[bytes, int]:
         with self._lock:
             try:
-                return self._connected().fetch(start, end, FETCH_TIMEOUT)
+                return self._connected().fetch_counted(start, end, FETCH_TIMEOUT)
             except RelayError as exc:
                 if exc.relay_code == "data_loss":
                     earliest = int(exc.fields.get("earliest", end))

@@ -160,10 +160,16 @@ class SpoolClient:
     def fetch(self, start: int, end: int, timeout: float) -> bytes:
         """The record stream of offsets ``[start, end)`` (raises :class:`RelayError`, code
         ``data_loss``, when the owner no longer holds them all)."""
+        return self.fetch_counted(start, end, timeout)[0]
+
+    def fetch_counted(self, start: int, end: int, timeout: float) -> tuple[bytes, int]:
+        """:meth:`fetch`, and how many records the stream holds: ``end - start``, or fewer
+        for a reader the relay limits to some topics (it leaves out the others' records)."""
         if end <= start:
-            return b""
+            return b"", 0
         self.follow(start, end)
         parts: list[bytes] = []
+        count = 0
         deadline = time.monotonic() + timeout
         while self.session.next is not None and self.session.next < end:
             remaining = deadline - time.monotonic()
@@ -174,10 +180,11 @@ class SpoolClient:
             for item in self.messages(remaining):
                 if isinstance(item, Records):
                     parts.append(item.data)
+                    count += item.count
                     self.took(len(item.data))
                 elif item.kind == "error":
                     raise RelayError(self.where, item.fields)
-        return b"".join(parts)
+        return b"".join(parts), count
 
     def messages(self, timeout: float) -> Iterator[Records | ServerMessage]:
         """What arrives (records, heartbeats, errors), waiting up to ``timeout`` for any."""

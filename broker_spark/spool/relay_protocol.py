@@ -11,11 +11,13 @@ body is one kind byte and its fields, msgpack maps for everything but records:
 =====  ==========  ==================================================================
 kind   direction   body
 =====  ==========  ==================================================================
-1      c -> s      HELLO ``{version, role, name}``: role ``follow``, ``status`` or
-                   ``attach`` (a reader of the owner's own machine, with ``identity``)
+1      c -> s      HELLO ``{version, role, name[, topics]}``: role ``follow``, ``status``
+                   or ``attach`` (a reader of the owner's own machine, with
+                   ``identity``); ``topics``: what the reader means to read
 2      s -> c      WELCOME ``{version, relay, start, end, schemas}``: the spool's id
                    (fixed for its life), its first and next offset, its Zeek log
-                   schemas (one entry per change, as ``zeek-log-schemas.jsonl``)
+                   schemas (one entry per change, as ``zeek-log-schemas.jsonl``);
+                   ``topics`` when the reader's credential is limited to them
 3      c -> s      FOLLOW ``{from, credit[, until]}``: send records from offset
                    ``from`` on (up to ``until``, or live), at most ``credit`` bytes
                    ahead of what the reader took
@@ -28,6 +30,8 @@ kind   direction   body
                    ``restart_at`` (offset); the last three on the owner's own
                    machine only
 9      s -> c      REPLY ``{op, ...}`` (or an ERROR naming the request)
+10     s -> c      KEPT: u64 first offset, u32 offsets spanned, u32 records kept, the
+                   records of those offsets on the reader's topics (a limited reader)
 =====  ==========  ==================================================================
 
 Offsets are the owner's spool offsets, dense and durable, so a query's
@@ -38,6 +42,12 @@ with ``end``; the connection stays usable either way and the reader may FOLLOW
 again. Bytes that are no frame of this protocol, or a frame out of turn, get
 ERROR ``protocol`` and the connection is closed: the owner keeps serving
 everyone else.
+
+A relay may limit a reader's credential (its certificate's name) to topic
+prefixes: it then serves that reader only records on them (KEPT frames, whose
+offsets still advance over the others), and a HELLO naming other ``topics``, a
+``status`` role or request, gets ERROR ``forbidden`` and the connection is
+closed; other readers are not affected.
 
 Flow control is by credit: the owner sends while the bytes it sent beyond the
 reader's acknowledgements stay within the credit, so a slow reader costs the
@@ -93,6 +103,8 @@ HEARTBEAT_INTERVAL = 1.0
 HELLO_TIMEOUT = 10.0
 
 _RECORDS_HEAD = struct.Struct(">BQI")
+# KEPT: u64 first offset, u32 offsets spanned, u32 records kept (a reader limited to topics)
+_KEPT_HEAD = struct.Struct(">BQII")
 
 
 class Kind:
@@ -105,10 +117,11 @@ class Kind:
     ERROR = 7
     REQUEST = 8
     REPLY = 9
+    KEPT = 10
 
 
 _CLIENT_KINDS = {Kind.HELLO, Kind.FOLLOW, Kind.CREDIT, Kind.REQUEST}
-_SERVER_KINDS = {Kind.WELCOME, Kind.RECORDS, Kind.HEARTBEAT, Kind.ERROR, Kind.REPLY}
+_SERVER_KINDS = {Kind.WELCOME, Kind.RECORDS, Kind.KEPT, Kind.HEARTBEAT, Kind.ERROR, Kind.REPLY}
 
 ROLES = ("follow", "status", "attach")
 
@@ -187,10 +200,21 @@ class RelayServerSession:
     ``stop`` or ``restart_at``.
     """
 
-    def __init__(self, relay_id: str, *, local: bool = False, now: float = 0.0) -> None:
+    def __init__(
+        self,
+        relay_id: str,
+        *,
+        local: bool = False,
+        now: float = 0.0,
+        allowed: tuple[str, ...] | None = None,
+        identity: str = "",
+    ) -> None:
         self.relay_id = relay_id
         self.local = local
         self._opened = now
+        #: The topic prefixes this reader's credential may read (None: everything).
+        self.allowed = allowed
+        self.identity = identity  # who the credential names, for messages
         self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
         self.role: str | None = None
         self.name = ""
@@ -253,7 +277,21 @@ class RelayServerSession:
         self.role = role
         name = fields.get("name", "")
         self.name = name if isinstance(name, str) else ""
+        if self.allowed is not None:
+            if role == "status":
+                return self._forbidden("the relay's status")
+            topics = fields.get("topics")
+            if isinstance(topics, list | tuple):
+                beyond = [t for t in topics if not str(t).startswith(self.allowed)]
+                if beyond:
+                    return self._forbidden(f"topics {', '.join(map(str, beyond))}")
         return ServerEvent("hello", fields)
+
+    def _forbidden(self, what: str) -> ServerEvent:
+        allowed = ", ".join(self.allowed or ()) or "nothing"
+        who = self.identity or "this reader"
+        message = f"{who} may not read {what} (it may read {allowed})"
+        return ServerEvent("forbidden", {"message": message})
 
     def _request(self, fields: dict[str, Any]) -> ServerEvent:
         op = fields.get("op")
@@ -262,6 +300,8 @@ class RelayServerSession:
             return ServerEvent("commit", fields)
         if op in ("stop", "restart_at", "state") and not self.local:
             raise RelayProtocolError(f"{op} is only for the owner's own machine")
+        if op == "status" and self.allowed is not None:
+            return self._forbidden("the relay's status")
         if op == "restart_at":
             _offset(fields, "offset")
         if op not in ("status", "bounds", "stop", "restart_at", "state"):
@@ -279,6 +319,8 @@ class RelayServerSession:
                 "start": start,
                 "end": end,
                 "schemas": schemas,
+                # a reader limited to topics gets KEPT frames: fewer records than offsets
+                **({"topics": list(self.allowed)} if self.allowed is not None else {}),
             },
         )
 
@@ -329,15 +371,23 @@ class RelayServerSession:
             earliest=earliest,
         )
 
-    def records(self, first: int, count: int, data: bytes, now: float) -> bytes:
-        """Frame records ``[first, first + count)``, from where :meth:`next_range` said."""
+    def records(
+        self, first: int, count: int, data: bytes, now: float, kept: int | None = None
+    ) -> bytes:
+        """Frame records ``[first, first + count)``, from where :meth:`next_range` said;
+        ``kept``: for a reader limited to topics, how many of them ``data`` holds (the rest
+        were not for it), framed as KEPT."""
         if first != self.next or count < 1:
             raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
+        if (kept is None) != (self.allowed is None):
+            raise ValueError("KEPT frames are for, and only for, a reader limited to topics")
         self.next = first + count
         if self.next == self.until:
             self.following = False  # the range asked for is complete
         self._in_flight += len(data)
         self._last_sent = now
+        if kept is not None:
+            return encode_frame(_KEPT_HEAD.pack(Kind.KEPT, first, count, kept) + data)
         return encode_records(first, count, data)
 
     def tick(self, now: float, start: int, end: int) -> bytes | None:
@@ -359,7 +409,8 @@ class RelayServerSession:
 
 @dataclass
 class Records:
-    """A RECORDS frame: ``count`` records from offset ``first``, as a record stream."""
+    """A RECORDS frame: ``count`` records from offset ``first``, as a record stream (from a
+    KEPT frame: ``count`` records of the offsets it spans, the others not for this reader)."""
 
     first: int
     count: int
@@ -427,6 +478,17 @@ class RelayClientSession:
                     )
                 self.next = first + count
                 out.append(Records(first, count, body[_RECORDS_HEAD.size :]))
+                continue
+            if kind == Kind.KEPT:  # offsets [first, first + span), ``kept`` records of them
+                if len(body) < _KEPT_HEAD.size:
+                    raise RelayProtocolError("a KEPT frame without its header")
+                _, first, span, kept = _KEPT_HEAD.unpack_from(body)
+                if self.next is None or first != self.next or span < 1 or kept > span:
+                    raise RelayProtocolError(
+                        f"records from offset {first} where {self.next} was due"
+                    )
+                self.next = first + span
+                out.append(Records(first, kept, body[_KEPT_HEAD.size :]))
                 continue
             fields = _fields(body)
             if kind == Kind.WELCOME:

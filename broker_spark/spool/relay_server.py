@@ -18,11 +18,12 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.core.loop_thread import LoopThread
+from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
     HELLO_TIMEOUT,
@@ -66,7 +67,10 @@ class SpoolServer:
     ``attach(fields)`` checks a local reader's HELLO (the receiver compares its
     options) and returns an error text or None; ``stop()`` is called on a
     local STOP request; ``on_readers(n)`` whenever the number of attached
-    readers changes (the receiver's idle timer).
+    readers changes (the receiver's idle timer). ``grants`` limits readers over
+    TCP to topic prefixes by the common name of their (verified) certificate,
+    ``"*"`` for every other certificate; a name not there (and no ``"*"``) reads
+    everything. The owner's own machine (the Unix socket) is never limited.
     """
 
     def __init__(
@@ -77,8 +81,10 @@ class SpoolServer:
         stop: Callable[[], None] | None = None,
         on_readers: Callable[[int], None] | None = None,
         name: str = "broker-spark-spool-server",
+        grants: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.service = service
+        self._grants = dict(grants or {})
         self._attach = attach
         self._stop = stop
         self._on_readers = on_readers
@@ -158,8 +164,18 @@ class SpoolServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
     ) -> None:
         loop = asyncio.get_running_loop()
-        session = RelayServerSession(self.service.id or "", local=local, now=loop.time())
         peer = _peer_name(writer, local)
+        identity = "" if local else _common_name(writer)
+        allowed = None
+        if self._grants and not local:
+            allowed = self._grants.get(identity, self._grants.get("*"))
+        session = RelayServerSession(
+            self.service.id or "",
+            local=local,
+            now=loop.time(),
+            allowed=allowed,
+            identity=f"certificate {identity!r}" if identity else "an anonymous reader",
+        )
         key = id(session)
         self._readers[key] = _Reader(session, peer, time.time())
         woken = asyncio.Event()
@@ -246,7 +262,10 @@ class SpoolServer:
             writer.write(session.lost(exc.earliest))
             await writer.drain()
             return False
-        writer.write(session.records(lo, hi - lo, data, time.monotonic()))
+        kept = None
+        if session.allowed is not None:  # a reader limited to some topics: only theirs
+            data, kept = keep_topics(data, session.allowed)
+        writer.write(session.records(lo, hi - lo, data, time.monotonic(), kept))
         await writer.drain()
         return True
 
@@ -254,6 +273,9 @@ class SpoolServer:
         """The frame answering ``event`` and whether to close after it (None: no answer)."""
         service = self.service
         spool = service.spool
+        if event.kind == "forbidden":
+            log.warning("spool reader %s: forbidden: %s", session.identity, event.fields["message"])
+            return session.error("forbidden", event.fields["message"]), True
         if event.kind == "hello":
             if session.role == "attach" and self._attach is not None:
                 problem = self._attach(event.fields)
@@ -314,6 +336,17 @@ def _read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int
         at = hi
         step = spool.index_interval * max(1, (budget - size) // max(1, 4 * len(chunk)))
     return b"".join(parts), at
+
+
+def _common_name(writer: asyncio.StreamWriter) -> str:
+    """The common name of the client's certificate (verified: mutual TLS), else ""."""
+    ssl_object = writer.get_extra_info("ssl_object")
+    cert = ssl_object.getpeercert() if ssl_object is not None else None
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
 
 
 def _peer_name(writer: asyncio.StreamWriter, local: bool) -> str:
