@@ -20,8 +20,9 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
-# Tests that start Spark drivers, kernels or relay nodes of their own (a driver killed and
-# restarted, a relay killed under a query, the notebooks): too slow for the 5-minute suite,
+# Tests that start Spark drivers, kernels or relay nodes of their own, or run long (a driver
+# killed and restarted, a relay killed under a query, the notebooks, the demo's short run,
+# the tables of every recorded log): too slow for the 5-minute suite,
 # so a step of their own; CI runs it after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or notebooks"

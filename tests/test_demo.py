@@ -288,6 +288,8 @@ def test_bad_flags_fail_before_anything_starts(flags: dict[str, Any], message: s
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the demo's whole job, 20 s and more: make test-slow (CI runs it)
+@pytest.mark.demo  # and on every PySpark of .ci/spark-versions
 def test_a_short_demo_run(spark: Any) -> None:
     lines: list[str] = []
     options = demo.DemoOptions(

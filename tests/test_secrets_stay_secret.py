@@ -59,9 +59,9 @@ def test_a_relay_node_run_emits_no_secret(spawn, tmp_path: Path) -> None:
         "node", "--listen", "127.0.0.1:0", "--spool", str(tmp_path / "spool"),
         "--subscribe", "zeek/", "--relay", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
         "--zeromq-logs", "tcp://127.0.0.1:0",
-        "--curve-server-publickey", server["public"],
+        f"--curve-server-publickey={server['public']}",
         "--curve-server-secretkey", f"@{tmp_path / 'curve.secret'}",
-        "--curve-client-publickey", client["public"],
+        f"--curve-client-publickey={client['public']}",
         "--websocket-peer", f"ws://zeek:{WS_PASSWORD}@127.0.0.1:1/v1/messages/json",
         "--passphrase", f"@{tmp_path / 'passphrase'}", "--log-level", "debug", *tls,
     )  # fmt: skip

@@ -325,6 +325,7 @@ spark.stop()  # the query still running
 """
 
 
+@pytest.mark.slow  # a driver process of its own (13 s): make test-slow
 def test_a_private_spool_goes_when_the_session_stops(hub: broker.Endpoint, tmp_path: Any) -> None:
     """``spark.stop()`` with a query running, in a driver process of its own."""
     env = {

@@ -76,7 +76,8 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
         group.add_argument(
             "--" + flag.replace("_", "-"),
             metavar="@FILE" if secret else "KEY",
-            help=f"CURVE {flag.removeprefix('curve_').replace('_', ' ')} (Z85)"
+            help=f"CURVE {flag.removeprefix('curve_').replace('_', ' ')} (Z85; a key that "
+            "starts with '-' goes after '=')"
             + (", or @FILE to read it from a file" if secret else ""),
         )
 
