@@ -289,7 +289,7 @@ def test_bad_flags_fail_before_anything_starts(flags: dict[str, Any], message: s
 
 @pytest.mark.spark
 @pytest.mark.slow  # the demo's whole job, 20 s and more: make test-slow (CI runs it)
-@pytest.mark.demo  # and on every PySpark of .ci/spark-versions
+@pytest.mark.versions  # and on every PySpark of .ci/spark-versions
 def test_a_short_demo_run(spark: Any) -> None:
     lines: list[str] = []
     options = demo.DemoOptions(
@@ -317,6 +317,8 @@ def test_a_short_demo_run(spark: Any) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_sigint_stops_the_demo_politely(spark: Any) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers need the main thread")

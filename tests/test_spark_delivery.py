@@ -129,6 +129,8 @@ def test_write_returns_only_after_a_slow_peer_took_everything(
     assert [v for _, v in got] == [(i,) for i in range(2000)]
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_a_peer_lost_mid_task_fails_the_task(hub: broker.Endpoint, proxy_to) -> None:
     proxy = proxy_to()
     options = _options(proxy.port)

@@ -74,6 +74,8 @@ def _write(df: Any, mode: str = "append", **options: str) -> None:
     writer.save()
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_writer_errors(spark: Any) -> None:
     rows = spark.createDataFrame([(1, "x")], "n BIGINT, s STRING")
     with pytest.raises(Exception, match=r"option topic: is required"):

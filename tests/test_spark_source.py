@@ -60,6 +60,8 @@ def _count(spark: Any, table: str) -> int:
     return spark.sql(f"SELECT count(*) FROM {table}").first()[0]
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_default_zeek_and_typed_schemas(spark: Any, hub: broker.Endpoint) -> None:
     watch = PeerWatch(hub)
     typed = "topic STRING, offset LONG, n BIGINT, host STRING"
@@ -143,6 +145,8 @@ def _offsets_by_batch(target: dict[int, list[int]]) -> Any:
     return record
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_restart_resumes_without_loss_or_duplicates(
     spark: Any, hub: broker.Endpoint, tmp_path: Any
 ) -> None:

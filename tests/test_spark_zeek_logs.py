@@ -43,6 +43,8 @@ def _replay(
     replay_logs(session, endpoint, recording(name).data, queries, before)
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_a_stream_of_one_log_equals_zeeks_own_json_logs(spark, hub) -> None:  # noqa: F811
     name = "zeek-logs-dns-edns-ecs"
     rec = recording(name)

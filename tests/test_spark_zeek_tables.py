@@ -119,6 +119,8 @@ def test_every_recorded_log_becomes_its_table_as_zeek_wrote_it(spark, db, tmp_pa
             assert spark.sql(f"SHOW PARTITIONS {table}").count() == len(days)  # by day
 
 
+@pytest.mark.slow  # long (5 s and more): make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_a_batch_is_written_once_however_often_it_runs(spark, db, tmp_path) -> None:  # noqa: F811
     messages = broker_messages("zeek-logs-http-methods")
     tables = writer(db, tmp_path)
