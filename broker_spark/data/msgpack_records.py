@@ -34,7 +34,7 @@ naming the byte where the bad record starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import msgpack
@@ -222,6 +222,7 @@ def _malformed(exc: Exception, pos: int) -> DecodeError:
 
 __all__ = [
     "keep_topics",
+    "stamped",
     "EXT_ADDRESS",
     "EXT_COUNT",
     "EXT_ENUM",
@@ -261,3 +262,14 @@ def keep_topics(stream: bytes, prefixes: tuple[str, ...]) -> tuple[bytes, int]:
             kept.append(stream[start:end])
         start = end
     return b"".join(kept), len(kept)
+
+
+def stamped(
+    items: list[tuple[str, bytes, str]], clock_ns: Callable[[], int]
+) -> list[tuple[str, bytes, str, int]]:
+    """``(topic, payload, sender)`` messages as spool records' fields, all stamped with one
+    ``clock_ns()`` read (a source's ``take_stamped``: one clock read per batch taken)."""
+    if not items:
+        return []
+    now = clock_ns()
+    return [(topic, payload, sender, now) for topic, payload, sender in items]

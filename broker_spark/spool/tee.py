@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from broker_spark.data.msgpack_records import stamped
 from broker_spark.errors import ShutdownError
 
 __all__ = ["Tee"]
@@ -60,11 +61,7 @@ class Tee:
     def take_stamped(
         self, n: int, timeout: float | None, clock_ns: Callable[[], int]
     ) -> list[tuple[str, bytes, str, int]]:
-        items = self.take(n, timeout)
-        if not items:
-            return []
-        now = clock_ns()
-        return [(topic, payload, sender, now) for topic, payload, sender in items]
+        return stamped(self.take(n, timeout), clock_ns)
 
     def close(self) -> None:
         with self._cond:

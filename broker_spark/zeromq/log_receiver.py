@@ -50,6 +50,7 @@ from typing import Any
 
 import zmq
 
+from broker_spark.data.msgpack_records import stamped
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.zeek.log_batch import LOG_MESSAGE_TYPE, LOG_SERIALIZER, read_header
 from broker_spark.zeromq.curve import CurveKeys, ZapHandler
@@ -312,11 +313,7 @@ class ZeroMQLogReceiver:
         self, n: int, timeout: float | None, clock_ns: Callable[[], int]
     ) -> list[tuple[str, bytes, str, int]]:
         """Like :meth:`take`, as spool records stamped with one ``clock_ns()`` read."""
-        items = self.take(n, timeout)
-        if not items:
-            return []
-        now = clock_ns()
-        return [(topic, payload, sender, now) for topic, payload, sender in items]
+        return stamped(self.take(n, timeout), clock_ns)
 
     def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, zmq.Frame]]:
         """Up to ``n`` batches (a batch becomes one or two messages), waiting for the first."""
