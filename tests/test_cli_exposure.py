@@ -38,9 +38,39 @@ def test_wildcards_other_addresses_and_unknown_names_are_reachable(host: str) ->
 
 
 def test_the_defaults_bind_loopback_and_need_nothing() -> None:
-    s = NodeSettings(spool_dir="spool", websocket=("127.0.0.1", 9997), metrics=("0.0.0.0", 9101))
-    assert open_listeners(s) == []  # metrics only serves counters: left to the network
+    s = NodeSettings(spool_dir="spool", websocket=("127.0.0.1", 9997), metrics=("::1", 9101))
+    assert open_listeners(s) == []
     assert check_exposure(s) == []
+
+
+def test_tokens_authenticate_the_websocket_api_over_tls_and_the_metrics() -> None:
+    s = NodeSettings(
+        listen=None, spool_dir="spool", relay=None, websocket=("0.0.0.0", 9997),
+        metrics=("0.0.0.0", 9101),
+    )  # fmt: skip
+    assert [o.flag.split()[0] for o in open_listeners(s)] == ["--websocket", "--metrics"]
+    s.websocket_token, s.metrics_token = "w" * 32, "m" * 32
+    assert open_listeners(s) == []
+    # Over plain TCP a token can be read off the wire: it authenticates nothing.
+    s.tls = TLSSettings(disable_ssl=True)
+    assert [o.flag.split()[0] for o in open_listeners(s)] == ["--websocket"]
+    assert "--websocket-token over TLS" in open_listeners(s)[0].remedy
+
+
+def test_tokens_from_the_config_file_and_its_files(tmp_path: Path) -> None:
+    (tmp_path / "ws.token").write_text("ws-secret-1234\n")
+    conf = tmp_path / "node.toml"
+    conf.write_text(
+        '[websocket]\nlisten = "0.0.0.0:9997"\ntoken = "@ws.token"\n'
+        '[metrics]\nlisten = "127.0.0.1:0"\ntoken = "metrics-secret-5678"\n'
+    )
+    s = load_node_config(conf)
+    assert (s.websocket_token, s.metrics_token) == ("ws-secret-1234", "metrics-secret-5678")
+    assert "secret" not in repr(s)  # tokens stay out of reprs and logs
+    conf.write_text("[metrics]\ntoken = 123456\n")
+    with pytest.raises(UsageError) as err:
+        load_node_config(conf)
+    assert "[metrics] token must be a string" in str(err.value) and "123456" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +80,7 @@ def test_the_defaults_bind_loopback_and_need_nothing() -> None:
         ({"websocket": ("10.0.0.5", 9997)}, "--websocket 10.0.0.5:9997"),
         ({"spool_dir": "spool", "relay": ("::", 9998)}, "--relay [::]:9998"),
         ({"zeromq_logs": "tcp://0.0.0.0:5557"}, "--zeromq-logs tcp://0.0.0.0:5557"),
+        ({"spool_dir": "spool", "relay": None, "metrics": ("", 9101)}, "--metrics :9101"),
     ],
 )
 def test_a_listener_off_loopback_without_authentication_is_refused(change, flag) -> None:
@@ -125,3 +156,15 @@ def test_the_node_command_refuses_then_starts_with_a_warning(spawn) -> None:
     node.expect("^ready$")
     assert "--listen 0.0.0.0:0 accepts unauthenticated clients" in node.stderr()
     assert node.signal(signal.SIGINT) == 0
+
+
+def test_the_logs_command_follows_the_same_rule() -> None:
+    refused = run_command("logs", "--listen", "0.0.0.0:0", "--timeout", "1")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("broker-spark: error: --listen 0.0.0.0:0 is reachable")
+    refused = run_command("logs", "--zeromq-bind", "tcp://0.0.0.0:0", "--timeout", "1")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("broker-spark: error: --zeromq-bind tcp://0.0.0.0:0 is")
+    opted = run_command("logs", "--listen", "0.0.0.0:0", "--timeout", "0.5", "--allow-anonymous")
+    assert opted.returncode == 0, opted.stderr
+    assert "--listen 0.0.0.0:0 accepts unauthenticated clients" in opted.stderr

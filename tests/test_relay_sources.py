@@ -115,6 +115,7 @@ def test_a_relay_node_is_a_zeromq_logger_and_a_broker_peer_at_once(spawn, tmp_pa
     assert lines_by_path(from_peer) == {p: dns.local_lines(p) for p in dns.writes}
     shown = run_command("status", "--relay", said["relay"], "--no-tls").stdout
     assert "sources        2" in shown and "zeromq logs tcp://127.0.0.1:" in shown
+    assert "listeners      2" in shown and "relay     127.0.0.1:" in shown  # relay, metrics
     kinds = by_kind(status(said["relay"]))
     assert kinds["zeromq-logs"]["arrived"] == len(messages)
     assert kinds["zeromq-logs"]["batches_received"] == len(messages)
@@ -123,6 +124,7 @@ def test_a_relay_node_is_a_zeromq_logger_and_a_broker_peer_at_once(spawn, tmp_pa
     assert f'broker_spark_source_messages_total{{source="zeromq-logs"}} {len(messages)}.0' in text
     assert f'broker_spark_source_messages_total{{source="broker"}} {len(broker_logs)}.0' in text
     assert "broker_spark_spool_end_offset " in text and "broker_spark_relay_readers " in text
+    assert 'broker_spark_listener_connections{listener="relay"}' in text
     assert node.signal() == 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 PASSPHRASE = "pass-S3CRET-phrase-71"
 WS_PASSWORD = "ws-S3CRET-pw-93"
+WS_TOKEN = "ws-S3CRET-token-28"
+METRICS_TOKEN = "metrics-S3CRET-token-46"
 
 
 def _encrypted_key(certs: Path, name: str) -> Path:
@@ -47,13 +50,17 @@ def _encrypted_key(certs: Path, name: str) -> Path:
     return out
 
 
-def test_a_relay_node_run_emits_no_secret(spawn, tmp_path: Path) -> None:
+def test_a_relay_node_run_emits_no_secret(
+    spawn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     certs = tmp_path / "certs"
     assert main(["certs", "--out", str(certs), "--nodes", "relay", "reader"]) == 0
     key = _encrypted_key(certs, "relay")
     (tmp_path / "passphrase").write_text(PASSPHRASE + "\n")
     server, client = generate_keypair(), generate_keypair()
     (tmp_path / "curve.secret").write_text(server["secret"])
+    (tmp_path / "ws.token").write_text(WS_TOKEN + "\n")
+    monkeypatch.setenv("BROKER_SPARK_METRICS_TOKEN", METRICS_TOKEN)
     tls = ["--cert", str(certs / "relay.pem"), "--key", str(key), "--ca", str(certs / "ca.pem")]
     node = spawn(
         "node", "--listen", "127.0.0.1:0", "--spool", str(tmp_path / "spool"),
@@ -63,6 +70,7 @@ def test_a_relay_node_run_emits_no_secret(spawn, tmp_path: Path) -> None:
         "--curve-server-secretkey", f"@{tmp_path / 'curve.secret'}",
         f"--curve-client-publickey={client['public']}",
         "--websocket-peer", f"ws://zeek:{WS_PASSWORD}@127.0.0.1:1/v1/messages/json",
+        "--websocket", "127.0.0.1:0", "--websocket-token", f"@{tmp_path / 'ws.token'}",
         "--passphrase", f"@{tmp_path / 'passphrase'}", "--log-level", "debug", *tls,
     )  # fmt: skip
     relay = node.expect(r"^relay listening on (\S+)", 30).group(1)
@@ -74,8 +82,17 @@ def test_a_relay_node_run_emits_no_secret(spawn, tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     sources = {s["kind"] for s in json.loads(shown.stdout)["sources"]}
     assert {"zeromq-logs", "websocket"} <= sources
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+    listeners = {x["listener"] for x in json.loads(shown.stdout)["listeners"]}
+    assert listeners == {"relay", "websocket", "metrics"}
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the token is asked for
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert refused.value.code == 401
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
         scraped = answer.read().decode()
+    assert 'listener="metrics",reason="unauthorized"} 1.0' in scraped
     # A wrong passphrase is an error that names the key file, not the passphrase tried.
     wrong = run_command("node", "--listen", "127.0.0.1:0", *tls, "--passphrase", "wrong-S3CRET")
     assert wrong.returncode == 2 and str(key) in wrong.stderr
@@ -84,7 +101,9 @@ def test_a_relay_node_run_emits_no_secret(spawn, tmp_path: Path) -> None:
         [node.stderr(), shown.stdout, shown.stderr, scraped, wrong.stdout, wrong.stderr]
     )
     assert "ws://***@127.0.0.1:1/" in emitted  # the WebSocket peer is shown, without password
-    for secret in (PASSPHRASE, server["secret"], WS_PASSWORD, "wrong-S3CRET"):
+    for secret in (
+        PASSPHRASE, server["secret"], WS_PASSWORD, "wrong-S3CRET", WS_TOKEN, METRICS_TOKEN
+    ):  # fmt: skip
         assert secret not in emitted
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import spark_fixtures
-from spark_daemons import ConnectServer
+from spark_daemons import ConnectServer, free_port
 from spark_fixtures import PeerWatch, drain_until, replay_logs, running, wait_for
 from zeek_recordings import recording
 
@@ -39,9 +39,13 @@ hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 pytestmark = [pytest.mark.connect, pytest.mark.timeout(300)]
 
 
+UI_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[ConnectServer]:
-    with ConnectServer("local[2]") as running_server:
+    ui = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}  # its Connect tab
+    with ConnectServer("local[2]", ui) as running_server:
         yield running_server
 
 
@@ -207,3 +211,40 @@ def test_zeek_logs(spark: Any, hub: broker.Endpoint) -> None:
     assert sorted((r["uid"], r["query"]) for r in rows) == sorted(
         (line["uid"], line.get("query")) for line in zeeks_own
     )
+
+
+def test_secret_option_values_stay_out_of_the_servers_ui(spark: Any, tmp_path: Any) -> None:
+    """The server's Connect tab shows every statement with its options; register() made
+    the session redact the values of secret ones (the key stays, to say what it was)."""
+    import urllib.request
+
+    from broker_spark.cli import main
+
+    secret = "S3CRET-passphrase-in-the-ui-81"
+    certs = tmp_path / "certs"
+    assert main(["certs", "--out", str(certs), "--nodes", "reader"]) == 0
+    query = (
+        spark.readStream.format("broker")
+        .option("topics", "zeek/ui-check/")
+        .option("listen", "127.0.0.1:0")
+        .option("ssl.certificate", str(certs / "reader.pem"))
+        .option("ssl.key", str(certs / "reader.key"))
+        .option("ssl.cafile", str(certs / "ca.pem"))
+        .option("ssl.passphrase", secret)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        base = f"http://127.0.0.1:{UI_PORT}"
+        pages = [urllib.request.urlopen(f"{base}/connect/", timeout=30).read().decode()]
+        for link in set(re.findall(r'href="([^"]*/connect/session/[^"]*)"', pages[0])):
+            url = link.replace("&amp;", "&")
+            url = url if url.startswith("http") else base + url
+            pages.append(urllib.request.urlopen(url, timeout=30).read().decode())
+    finally:
+        query.stop()
+    shown = "".join(pages)
+    assert "ssl.passphrase" in shown and "ssl.certificate" in shown  # the statement is there
+    assert secret not in shown

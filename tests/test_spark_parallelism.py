@@ -27,7 +27,7 @@ from broker_spark.spark.parallelism import (
     session_parallelism,
     split_batch,
 )
-from broker_spark.spark.registration import register, registered_source
+from broker_spark.spark.registration import SECRET_OPTION_VALUES, register, registered_source
 from broker_spark.spark.schema import DEFAULT_DDL
 from broker_spark.spark.source import BrokerDataSource
 from broker_spark.spark.stream_reader import BrokerStreamReader
@@ -154,6 +154,35 @@ def test_register_reads_the_sessions_parallelism(spark: Any) -> None:
         assert spark.sql("SELECT * FROM range(100)").rdd.getNumPartitions() == 5
     finally:
         spark.conf.unset("spark.sql.leafNodeDefaultParallelism")
+
+
+def test_register_redacts_secret_option_values_and_keeps_the_users_pattern(spark: Any) -> None:
+    """The pattern as Spark (Java's regex, Utils.redact) applies it to a Connect statement."""
+    key = "spark.sql.redaction.string.regex"
+    before = spark.conf.get(key, None)
+    try:
+        spark.conf.set(key, "(?i)my-own-[0-9]+")
+        register(spark)
+        register(spark)  # idempotent: the pattern is added once
+        pattern = spark.conf.get(key)
+        assert pattern.count(SECRET_OPTION_VALUES) == 1 and "my-own-" in pattern
+        jvm = spark._jvm
+        statement = (
+            'options {\n  key: "ssl.passphrase"\n  value: "pa\\"ss-1"\n}\n'
+            'options {\n  key: "zeromq.curveServerSecretKey"\n  value: "Z85-key"\n}\n'
+            'options {\n  key: "topics"\n  value: "zeek/logs/"\n}\n'
+            'options {\n  key: "note"\n  value: "my-own-42"\n}\n'
+        )
+        regex = spark._jsparkSession.sessionState().conf().stringRedactionPattern()
+        shown = str(jvm.org.apache.spark.util.Utils.redact(regex, statement))
+        for secret in ('pa\\"ss-1', "Z85-key", "my-own-42"):
+            assert secret not in shown
+        assert 'key: "ssl.passphrase"' in shown and 'value: "zeek/logs/"' in shown
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 # --- a write from another thread ------------------------------------------------------------

@@ -9,17 +9,18 @@ listener that is reachable off this host unless its clients must prove who they
 are: mutual TLS against a CA (``--cert``/``--key``/``--ca``, what
 ``broker-spark certs`` makes) for Broker peers, relay readers and WebSocket
 clients; CURVE with the cluster's client key for the ZeroMQ logger (Zeek's
-own). ``--allow-anonymous`` (``allow_anonymous = true`` in ``[endpoint]``)
+own); a bearer token (``--websocket-token``, ``--metrics-token``) for the
+WebSocket API (over TLS, so the token is not readable on the wire) and the
+metrics. ``--allow-anonymous`` (``allow_anonymous = true`` in ``[endpoint]``)
 opts out explicitly, for a Zeek left at Broker's anonymous TLS default, with a
 warning at start naming every open listener. ``docs/security.md`` has the
 whole threat model.
-
-The metrics port only serves counters and is left to the operator's network.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker_spark.addresses import is_loopback, zeromq_bind_host
@@ -57,12 +58,13 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
                     certs,
                 )
             )
-        if settings.websocket is not None and not is_loopback(settings.websocket[0]):
+        token = settings.websocket_token and not tls.disable_ssl
+        if settings.websocket is not None and not is_loopback(settings.websocket[0]) and not token:
             out.append(
                 OpenListener(
                     f"--websocket {_where(*settings.websocket)}",
                     "anyone may publish and subscribe through Zeek's WebSocket API",
-                    certs,
+                    f"{certs}, or --websocket-token over TLS",
                 )
             )
         if settings.spool_dir and settings.relay is not None and not is_loopback(settings.relay[0]):
@@ -73,6 +75,19 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
                     certs,
                 )
             )
+    if (
+        settings.spool_dir
+        and settings.metrics is not None
+        and not is_loopback(settings.metrics[0])
+        and not settings.metrics_token
+    ):
+        out.append(
+            OpenListener(
+                f"--metrics {_where(*settings.metrics)}",
+                "anyone may read the node's counters (its sources, peers and readers)",
+                "--metrics-token (Prometheus sends it from its credentials_file)",
+            )
+        )
     if settings.zeromq_logs:
         host = zeromq_bind_host(settings.zeromq_logs)
         server = curve is not None and curve.server_enabled
@@ -88,10 +103,21 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
     return out
 
 
-def check_exposure(settings: Any, curve: Any = None) -> list[str]:
+def check_exposure(
+    settings: Any, curve: Any = None, flags: Mapping[str, str] | None = None
+) -> list[str]:
     """Refuse (UsageError) listeners off loopback without client authentication, unless
-    ``settings.allow_anonymous``; then return the warnings to print at start."""
+    ``settings.allow_anonymous``; then return the warnings to print at start. ``flags``
+    renames the node's flags for another command (``--zeromq-logs`` is ``logs``'
+    ``--zeromq-bind``)."""
     found = open_listeners(settings, curve)
+    for node_flag, flag in (flags or {}).items():
+        found = [
+            replace(o, flag=o.flag.replace(node_flag, flag, 1))
+            if o.flag.startswith(node_flag + " ")
+            else o
+            for o in found
+        ]
     if not found:
         return []
     if not settings.allow_anonymous:

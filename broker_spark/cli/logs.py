@@ -33,6 +33,7 @@ from broker_spark.cli.args import (
     host_port,
     positive_count,
     positive_float,
+    tls_flags,
 )
 from broker_spark.cli.errors import CliError
 from broker_spark.zeek.text import TIMESTAMP_FORMATS
@@ -52,9 +53,10 @@ def register(sub: Any) -> None:
         "or --timeout seconds.",
         epilog="examples:\n"
         "  broker-spark logs conn --peer zeek-host:9999\n"
-        "  broker-spark logs --listen 0.0.0.0:9999 | jq 'select(._path == \"dns\") | .query'\n"
+        "  broker-spark logs --listen 127.0.0.1:9999 | jq 'select(._path == \"dns\") | .query'\n"
         "  broker-spark logs conn dns --peer zeek-host:9999 --timestamps iso8601\n"
-        "  broker-spark logs --zeromq-bind tcp://0.0.0.0:5557   (Zeek 8.1+, ZeroMQ backend)",
+        "  broker-spark logs --zeromq-bind tcp://127.0.0.1:5557   (Zeek 8.1+, ZeroMQ backend)\n"
+        "Off loopback --listen needs mutual TLS and --zeromq-bind CURVE, or --allow-anonymous.",
     )
     p.add_argument("paths", metavar="PATH", nargs="*", help="the logs to print (default: all)")
     p.add_argument(
@@ -90,6 +92,12 @@ def register(sub: Any) -> None:
     p.add_argument("--count", type=positive_count, metavar="N", help="exit after N records")
     p.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="exit after SECONDS")
     add_connect_arguments(p)
+    p.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="let --listen or --zeromq-bind off loopback take senders without mutual TLS or "
+        "CURVE (a warning at start; docs/security.md)",
+    )
     p.set_defaults(run=run)
 
 
@@ -102,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     topics = tuple(dict.fromkeys(as_topic_str(t) for t in (args.topic or ["zeek/logs/"])))
     paths = tuple(dict.fromkeys(args.paths))
     decoder = LogLines(paths or None, args.timestamps, args.include_unset)
+    _check_exposure(args)
     if args.zeromq_bind is not None:
         receiver = zeromq_log_receiver(args.zeromq_bind)
         try:
@@ -124,6 +133,31 @@ def run(args: argparse.Namespace) -> int:
     if args.count and printed < args.count and not stop.is_set():
         raise CliError(f"timed out after {args.timeout:g} s with {printed} of {args.count} records")
     return 0
+
+
+def _check_exposure(args: argparse.Namespace) -> None:
+    """The node's rule (:mod:`broker_spark.cli.exposure`): who may send us logs off loopback
+    must be authenticated, unless ``--allow-anonymous``."""
+    from broker_spark.cli.exposure import check_exposure
+    from broker_spark.cli.node_config import NodeSettings
+    from broker_spark.config import TLSSettings
+    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
+
+    curve = None
+    if args.zeromq_bind is not None:
+        try:
+            curve = CurveKeys.resolve(None)
+        except CurveConfigError as exc:
+            raise CliError(str(exc)) from None
+    settings = NodeSettings(
+        listen=args.listen if args.zeromq_bind is None else None,
+        relay=None,
+        zeromq_logs=args.zeromq_bind,
+        tls=TLSSettings(disable_ssl=bool(args.no_tls), **tls_flags(args)),
+        allow_anonymous=bool(args.allow_anonymous),
+    )
+    for warning in check_exposure(settings, curve, {"--zeromq-logs": "--zeromq-bind"}):
+        log.warning("%s", warning)
 
 
 def zeromq_log_receiver(bind: str) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 from typing import Any
 
@@ -23,6 +24,7 @@ from broker_spark.cli.args import (
     check_tls,
     host_port,
     positive_float,
+    secret_text,
     tls_flags,
 )
 from broker_spark.cli.errors import CliError, UsageError
@@ -38,6 +40,10 @@ from broker_spark.cli.node_sources import (
 __all__ = ["register", "run", "serve"]
 
 log = logging.getLogger("broker_spark.cli")
+
+#: Where the WebSocket server's and the metrics' bearer tokens come from without a flag.
+WEBSOCKET_TOKEN_ENV = "BROKER_SPARK_WEBSOCKET_TOKEN"
+METRICS_TOKEN_ENV = "BROKER_SPARK_METRICS_TOKEN"
 
 
 def _master_spec(text: str) -> StoreSpec:
@@ -91,6 +97,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--websocket", type=host_port, metavar="HOST:PORT", help="serve Zeek's WebSocket API here"
+    )
+    p.add_argument(
+        "--websocket-token",
+        metavar="TOKEN|@FILE",
+        help="WebSocket clients must send this bearer token (Authorization: Bearer, or as "
+        f"their URL's password); default ${WEBSOCKET_TOKEN_ENV}",
     )
     p.add_argument(
         "--forward", action="append", metavar="TOPIC", help="route TOPIC here (repeatable)"
@@ -165,6 +177,12 @@ def register(sub: Any) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus metrics of the spool and its sources here (/metrics)",
     )
+    spool.add_argument(
+        "--metrics-token",
+        metavar="TOKEN|@FILE",
+        help="scrapers must send this bearer token (Prometheus' authorization: "
+        f"credentials_file); default ${METRICS_TOKEN_ENV}",
+    )
     add_source_arguments(p)
     p.add_argument("--ttl", type=int, help="hops a message may travel (default 16)")
     p.add_argument(
@@ -214,6 +232,15 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
     if flags:  # flags replace the file's keys as a whole: a pair must come from one place
         s.curve = flags
     s.tls = s.tls.replace(**tls_flags(args))
+    for flag, name, env in (
+        ("websocket_token", "websocket_token", WEBSOCKET_TOKEN_ENV),
+        ("metrics_token", "metrics_token", METRICS_TOKEN_ENV),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(s, name, secret_text(value, "--" + flag.replace("_", "-")))
+        elif not getattr(s, name) and os.environ.get(env):
+            setattr(s, name, os.environ[env])
     if args.allow_anonymous:
         s.allow_anonymous = True
     if args.reader:  # flags replace the file's table as a whole
@@ -302,13 +329,17 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
                 raise CliError(reason)
             _say(f"listening on {_where((settings.listen[0], port))}")
         if settings.websocket is not None:
-            port = endpoint.web_socket_listen(*settings.websocket)
+            port = endpoint.web_socket_listen(
+                *settings.websocket, token=settings.websocket_token or None
+            )
             if not port:
                 raise CliError(
                     f"cannot serve the WebSocket API on {_where(settings.websocket)} "
                     "(address in use or not available?)"
                 )
             _say(f"websocket listening on {_where((settings.websocket[0], port))}")
+            if relay is not None:
+                relay.watch(web_socket_admission(endpoint, port))
         errors.reset()
         # from here on, statuses and errors go to the log (and refusals into the counts)
         logger = _StatusLogger(endpoint, relay.counts if relay is not None else None)
@@ -321,7 +352,8 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
             if port is not None and settings.relay is not None:
                 _say(f"relay listening on {_where((settings.relay[0], port))}")
             if settings.metrics is not None:
-                metrics = _metrics(relay, settings.metrics)
+                metrics = _metrics(relay, settings.metrics, settings.metrics_token)
+                relay.watch(metrics.admission)
                 _say(f"metrics listening on {_where((settings.metrics[0], metrics.port))}")
         _say("ready")
         while not stop.wait(0.5):
@@ -355,11 +387,18 @@ def _log_sink(endpoint: Any, settings: NodeSettings, source: Any) -> Any:
     return sink
 
 
-def _metrics(relay: Any, address: tuple[str, int]) -> Any:
+def web_socket_admission(endpoint: Any, port: int) -> Any:
+    """The :class:`~broker_spark.admission.Admission` of the endpoint's WebSocket server."""
+    from broker_spark.websocket.manager import manager_for
+
+    return manager_for(endpoint).servers[port].admission
+
+
+def _metrics(relay: Any, address: tuple[str, int], token: str) -> Any:
     from broker_spark.spool.metrics import MetricsServer
 
     try:
-        return MetricsServer(relay.status, *address)
+        return MetricsServer(relay.status, *address, token=token or None)
     except OSError as exc:
         raise CliError(f"cannot serve the metrics on {_where(address)}: {exc}") from None
 

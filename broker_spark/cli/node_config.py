@@ -13,6 +13,7 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     [websocket]
     listen = "127.0.0.1:9997"    # Zeek's WebSocket JSON API (wss unless TLS is off)
     peers = ["ws://zeek:27759/v1/messages/json"]  # WebSocket APIs to subscribe at
+    token = "@ws.token"           # clients must send it (Authorization: Bearer); @FILE
 
     [tls]
     disable = false               # true: plain TCP (Broker's disable_ssl)
@@ -63,6 +64,7 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
 
     [metrics]
     listen = "127.0.0.1:9101"     # Prometheus metrics of the spool and its sources
+    token = "@metrics.token"      # scrapers must send it (Prometheus' credentials_file)
 
 Relative paths (certificates, SQLite files) are relative to the directory of
 the file, so a configuration works from any working directory. Unknown
@@ -139,6 +141,8 @@ class NodeSettings:
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
     websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
     metrics: HostPort | None = None  # serve Prometheus metrics here
+    websocket_token: str = field(default="", repr=False)  # WebSocket clients' bearer token
+    metrics_token: str = field(default="", repr=False)  # scrapers' bearer token
     allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
     #: relay readers limited to topic prefixes, by their certificate's common name ("*":
     #: every other certificate); empty: every reader reads everything
@@ -266,7 +270,8 @@ def load_node_config(path: str | Path) -> NodeSettings:
         raise r.fail("[endpoint] retry must be zero or more")
     s.retry = float(retry)
     s.forward = r.strings("[endpoint]", "forward", ep.get("forward", []))
-    ws = r.keys("[websocket]", doc.get("websocket", {}), ["listen", "peers"])
+    ws = r.keys("[websocket]", doc.get("websocket", {}), ["listen", "peers", "token"])
+    s.websocket_token = _secret(r, "[websocket]", "token", ws.get("token", ""))
     if "listen" in ws:
         s.websocket = r.address("[websocket]", "listen", ws["listen"])
     s.websocket_peers = r.strings("[websocket]", "peers", ws.get("peers", []))
@@ -277,7 +282,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
     )
     s.tls = TLSSettings(
         disable_ssl=r.typed("[tls]", "disable", tls.get("disable", False), bool),
-        passphrase=_passphrase(r, r.typed("[tls]", "passphrase", tls.get("passphrase", ""), str)),
+        passphrase=_secret(r, "[tls]", "passphrase", tls.get("passphrase", "")),
         **{name: r.path_value("[tls]", name, tls.get(name, "")) for name in TLS_FILES},
     )
     s.options = dict(r.keys("[options]", doc.get("options", {}), _option_names()))
@@ -302,7 +307,8 @@ def load_node_config(path: str | Path) -> NodeSettings:
     if "zeromq" in logs:
         s.zeromq_logs = r.typed("[logs]", "zeromq", logs["zeromq"], str)
     _zeromq_section(r, doc, s)
-    metrics = r.keys("[metrics]", doc.get("metrics", {}), ["listen"])
+    metrics = r.keys("[metrics]", doc.get("metrics", {}), ["listen", "token"])
+    s.metrics_token = _secret(r, "[metrics]", "token", metrics.get("token", ""))
     if "listen" in metrics:
         s.metrics = r.address("[metrics]", "listen", metrics["listen"])
     try:
@@ -334,7 +340,7 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
             value = r.typed("[spool]", key, spool[key], (int, float))
             if value <= 0:
                 raise r.fail(f"[spool] {key} must be positive")
-            setattr(s, f"spool_{key}", int(value) if key == "retention_bytes" else float(value))
+            setattr(s, f"spool_{key}", float(value) if key == "retention_seconds" else int(value))
 
 
 #: The CURVE keys of ``[zeromq]``, named as Zeek's ``Cluster::Backend::ZeroMQ`` options.
@@ -358,16 +364,20 @@ def _zeromq_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
             s.curve[key.removeprefix("curve_")] = value
 
 
-def _passphrase(r: _Reader, text: str) -> str:
-    """``[tls] passphrase``: the text, or ``@FILE`` (relative to the configuration file) for
-    the contents of FILE, so the secret need not sit in the configuration."""
+def _secret(r: _Reader, section: str, key: str, value: Any) -> str:
+    """A secret (``[tls] passphrase``, a token): the text, or ``@FILE`` (relative to the
+    configuration file) for the contents of FILE, so the secret need not sit in the
+    configuration. Errors name the file, never the text."""
+    if not isinstance(value, str):  # said without the value: it is a secret
+        raise r.fail(f"{section} {key} must be a string (the secret, or @FILE)")
+    text = value
     if not text.startswith("@"):
         return text
-    path = r.path_value("[tls]", "passphrase", text[1:])
+    path = r.path_value(section, key, text[1:])
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise r.fail(f"[tls] passphrase: cannot read {path}: {exc}") from None
+        raise r.fail(f"{section} {key}: cannot read {path}: {exc}") from None
 
 
 def _tables(r: _Reader, doc: dict[str, Any], name: str) -> list[Any]:

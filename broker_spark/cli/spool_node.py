@@ -83,6 +83,10 @@ class RelayNode:
         )
         self.server: Any = None
 
+    def watch(self, admission: Any) -> None:
+        """Show this listener's connections and refusals (an ``Admission``) in the status."""
+        self.service.watch_listener(admission)
+
     @property
     def counts(self) -> Any:
         """What arrived from each source and what was refused (the service's)."""
@@ -122,9 +126,11 @@ class RelayNode:
         )
         host, port = self.settings.relay
         try:
-            return self.server.serve_tcp(host, port, tls)
+            bound = self.server.serve_tcp(host, port, tls)
         except OSError as exc:
             raise CliError(f"cannot serve the relay on {host}:{port}: {exc}") from None
+        self.watch(self.server.admission)
+        return bound
 
     def stop(self) -> None:
         if self.server is not None:

@@ -153,10 +153,13 @@ def format_spool_status(status: dict[str, Any]) -> list[str]:
         lines.append(f"sources        {len(sources)}")
         rows = [["KIND", "NAME", "ARRIVED", "REFUSED"]]
         for s in sources:
-            refused = s.get("refused") or {}
-            said = ", ".join(f"{reason} {n:,}" for reason, n in sorted(refused.items()) if n)
             rows.append(
-                [str(s.get("kind")), str(s.get("name")), f"{s.get('arrived', 0):,}", said or "-"]
+                [
+                    str(s.get("kind")),
+                    str(s.get("name")),
+                    f"{s.get('arrived', 0):,}",
+                    _refusals(s.get("refused")),
+                ]
             )
         lines += table(rows)
     lines += [
@@ -165,6 +168,20 @@ def format_spool_status(status: dict[str, Any]) -> list[str]:
         f"oldest record  {_age(status.get('oldest_age_s'))}",
         f"error          {status.get('error') or '-'}",
     ]
+    listeners = status.get("listeners") or []
+    if listeners:
+        lines.append(f"listeners      {len(listeners)}")
+        rows = [["LISTENER", "ADDRESS", "CONNECTIONS", "REFUSED"]]
+        for x in listeners:
+            rows.append(
+                [
+                    str(x.get("listener")),
+                    str(x.get("address") or "-"),
+                    f"{x.get('connections', 0)} of {x.get('limit', '?')}",
+                    _refusals(x.get("refused")),
+                ]
+            )
+        lines += table(rows)
     readers = status.get("readers") or []
     lines.append(f"readers        {len(readers)}")
     if readers:
@@ -184,6 +201,12 @@ def format_spool_status(status: dict[str, Any]) -> list[str]:
             )
         lines += table(rows)
     return lines
+
+
+def _refusals(refused: dict[str, int] | None) -> str:
+    """``reason n, reason n`` of what a source or listener turned away, or ``-``."""
+    said = ", ".join(f"{reason} {n:,}" for reason, n in sorted((refused or {}).items()) if n)
+    return said or "-"
 
 
 def run_spool_status(args: argparse.Namespace) -> int:

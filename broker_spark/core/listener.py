@@ -28,6 +28,9 @@ __all__ = ["Listener", "classify_tls_failure"]
 
 #: Connections accepted per readiness callback before yielding to the loop.
 ACCEPT_BATCH = 64
+#: Inbound connections a listener holds at once (in their handshakes or peered); beyond, a new
+#: one is closed at once with an error status, so a flood of idle sockets costs no memory.
+MAX_INBOUND = 1024
 
 
 def _bind(address: str, port: int) -> socket.socket:
@@ -60,7 +63,9 @@ class Listener:
     """One listening socket, accepting peers on the endpoint's loop.
 
     It knows nothing of its owner (the peering): what it accepted goes to the
-    ``accepted`` callback as ``(socket, network, tls)``, failures to ``report``.
+    ``accepted`` callback as ``(socket, network, tls)``, failures to ``report``;
+    ``inbound()`` tells how many accepted connections are still open there, so
+    that with the sockets being sniffed at most ``max_inbound`` are held.
     """
 
     def __init__(
@@ -74,7 +79,13 @@ class Listener:
         handshake_timeout: float,
         accepted: Callable[[socket.socket, NetworkInfo, bool], None],
         report: Callable[[EC, str], None],
+        inbound: Callable[[], int] = lambda: 0,
+        max_inbound: int | None = None,
     ) -> None:
+        self._inbound = inbound
+        self.max_inbound = max_inbound or MAX_INBOUND
+        #: Connections closed at once because ``max_inbound`` were held.
+        self.refused = 0
         self.loop = loop
         self.node_id = node_id
         #: Whether this endpoint speaks TLS (then every accepted socket is sniffed first).
@@ -98,6 +109,15 @@ class Listener:
                 return
             sock.setblocking(False)
             network = NetworkInfo(str(addr[0]), int(addr[1]))
+            held = len(self._sniffing) + self._inbound()
+            if held >= self.max_inbound:
+                sock.close()
+                self.refused += 1
+                self._report(
+                    EC.PeerUnavailable,
+                    f"{network!r}: refused: {held} inbound connections held already",
+                )
+                continue
             if not self.tls:
                 self._accepted(sock, network, False)
             else:

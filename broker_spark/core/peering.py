@@ -130,6 +130,7 @@ class Peering:
         self.listeners: list[Listener] = []
         #: Dials and accepted sockets in their TLS handshake.
         self.tasks: set[asyncio.Task] = set()
+        self._accepting = 0
         self._dials: dict[Key, asyncio.Task] = {}
         self._timers: dict[Timer, asyncio.TimerHandle] = {}
         self._waiters: dict[Key, list[asyncio.Future[bool]]] = {}
@@ -249,6 +250,7 @@ class Peering:
                 handshake_timeout=self.handshake_timeout,
                 accepted=self._accepted,
                 report=self.report,
+                inbound=self._inbound,
             )
         except OSError as exc:
             self._apply(self.machine.listen_failed(address, port, str(exc)))
@@ -257,13 +259,25 @@ class Peering:
         return listener.port
 
     def _accepted(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
+        self._accepting += 1
         self._track(self.loop.create_task(self._accept(sock, network, tls)))
+
+    def _inbound(self) -> int:
+        """Accepted connections still open: in their TLS handshake, handshaking, or peered."""
+        return self._accepting + sum(1 for c in self.conns if c.role == "acceptor")
 
     async def _accept(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
         ctx = self.tls.server if (tls and self.tls is not None) else None
+        made: list[PeerConnection] = []
+
+        def protocol() -> PeerConnection:
+            conn = PeerConnection(self, "acceptor", network, tls=tls)
+            made.append(conn)
+            return conn
+
         try:
             await self.loop.connect_accepted_socket(
-                lambda: PeerConnection(self, "acceptor", network, tls=tls),
+                protocol,
                 sock,
                 ssl=ctx,
                 ssl_handshake_timeout=self.handshake_timeout if ctx else None,
@@ -274,6 +288,9 @@ class Peering:
         except Exception as exc:
             sock.close()
             self.report(*classify_tls_failure(exc, network, self.handshake_timeout))
+        finally:
+            if not made or made[0].transport is None:  # never up: no longer pending
+                self._accepting -= 1
 
     def _track(self, task: asyncio.Task) -> None:
         self.tasks.add(task)
@@ -335,6 +352,8 @@ class Peering:
 
     def connection_made(self, conn: PeerConnection) -> bool:
         """A socket is up; False when the endpoint is closing (the connection aborts)."""
+        if conn.role == "acceptor":
+            self._accepting -= 1  # counted among the connections from here on
         if self.closed:
             return False
         self.conns.add(conn)

@@ -24,7 +24,15 @@ call fixes it. The call is safe to make always, and does three things:
   session and work). Calling ``register(spark)`` in the thread fixes it;
 * through Spark Connect it touches neither ``SparkContext`` nor the JVM (the
   client has neither): the server keeps sessions per client, and the
-  parallelism is asked of the server with a query.
+  parallelism is asked of the server with a query;
+* it keeps secret option values out of Spark's UI. A classic session's plans,
+  progress and UI show no option of a Python data source, but a Spark Connect
+  server's UI (its "Connect" tab) shows each statement as received, options
+  included, redacted only by ``spark.sql.redaction.string.regex`` (unset by
+  default). So the session's pattern gains :data:`SECRET_OPTION_VALUES`:
+  the value of every option whose name looks like a secret's (``ssl.passphrase``,
+  ``zeromq.curve*SecretKey``, anything with ``pass``, ``secret``, ``token`` or
+  ``credential``), the key itself still shown.
 """
 
 from __future__ import annotations
@@ -34,9 +42,17 @@ from typing import Any
 
 from broker_spark.spark.parallelism import is_connect_session, session_parallelism
 
-__all__ = ["register", "registered_source"]
+__all__ = ["SECRET_OPTION_VALUES", "register", "registered_source"]
 
 log = logging.getLogger(__name__)
+
+#: Spark's string redaction pattern (a Java regex) for the values of secret options as a
+#: Connect statement shows them (``key: "ssl.passphrase" value: "..."``); the key stays.
+SECRET_OPTION_VALUES = (
+    r'(?i)(?<=key: "[^"]{0,100}(?:pass|secret|token|credential)[^"]{0,100}"\s{0,40}value: )'
+    r'"(?:[^"\\]|\\.)*"'
+)
+_STRING_REDACTION = "spark.sql.redaction.string.regex"
 
 
 def registered_source(parallelism: int | None) -> type:
@@ -84,9 +100,29 @@ def register(spark: Any) -> bool:
         )
     else:
         log.info("format('broker') registered for a parallelism of %s", parallelism)
+    _redact_secret_options(spark)
     if not is_connect_session(spark):
         _activate_in_this_thread(spark)
     return sized
+
+
+def _redact_secret_options(spark: Any) -> None:
+    """Add :data:`SECRET_OPTION_VALUES` to the session's string redaction pattern (kept)."""
+    try:
+        current = spark.conf.get(_STRING_REDACTION, None) or ""
+        if SECRET_OPTION_VALUES in current:
+            return
+        spark.conf.set(
+            _STRING_REDACTION,
+            f"(?:{current})|(?:{SECRET_OPTION_VALUES})" if current else SECRET_OPTION_VALUES,
+        )
+    except Exception as exc:  # a platform that forbids setting it: say so, go on
+        log.warning(
+            "could not set %s (%s): a Spark Connect server's UI may show secret option "
+            "values; set it in the server's configuration (docs/security.md)",
+            _STRING_REDACTION,
+            exc,
+        )
 
 
 def _activate_in_this_thread(spark: Any) -> None:

@@ -16,7 +16,14 @@ status (nothing is sampled in between, nothing drifts):
 * ``broker_spark_relay_readers`` and, per reader,
   ``broker_spark_relay_reader_lag{reader}``: messages between the spool's end
   and what the reader committed;
-* ``broker_spark_peers``: the node's Broker peers.
+* ``broker_spark_peers``: the node's Broker peers;
+* ``broker_spark_listener_connections{listener}`` and
+  ``broker_spark_listener_refused_total{listener,reason}``: each listening port
+  (``relay``, ``websocket``, ``metrics``) and what it turned away
+  (``too-many``, ``unauthorized``, ``timeout``, ``protocol``, ``forbidden``).
+
+With a token (``--metrics-token``) a scrape must send ``Authorization: Bearer
+TOKEN`` (Prometheus' ``authorization: {credentials_file: ...}``); others get 401.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
 
 __all__ = ["MetricsServer", "StatusCollector"]
 
@@ -101,6 +110,23 @@ class StatusCollector(Collector):
             if isinstance(committed, int):
                 lag.add_metric([str(r.get("name") or r.get("address"))], float(end - committed))
         yield lag
+        connections = GaugeMetricFamily(
+            "broker_spark_listener_connections",
+            "Connections a listening port serves now",
+            labels=["listener"],
+        )
+        turned_away = CounterMetricFamily(
+            "broker_spark_listener_refused",
+            "Clients a listening port turned away, by reason",
+            labels=["listener", "reason"],
+        )
+        for listener in status.get("listeners") or []:
+            name = str(listener.get("listener"))
+            connections.add_metric([name], float(listener.get("connections") or 0))
+            for reason, n in (listener.get("refused") or {}).items():
+                turned_away.add_metric([name, str(reason)], float(n))
+        yield connections
+        yield turned_away
 
 
 #: Seconds a metrics client may stay silent (or take to send its request) before it is
@@ -125,46 +151,73 @@ class _Server(ThreadingMixIn, WSGIServer):
     has neither a deadline nor a bound, so idle sockets could pile up threads)."""
 
     daemon_threads = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        super().__init__(*args, **kwargs)
+    admission: Admission  # set by MetricsServer before serving
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # full: this one is refused, the others served
+        if not self.admission.enter():  # full: this one is refused (counted), others served
+            self.shutdown_request(request)
             return
         super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that timed out, hung up or sent garbage: that connection ends, quietly
         (socketserver would print a traceback for each)."""
+        self.admission.refuse("error")
         log.debug("metrics client %s: %s", client_address, sys.exc_info()[1])
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.admission.leave()
+
+
+def _guarded(app: Callable[..., Any], token: str, admission: Admission) -> Callable[..., Any]:
+    """``app`` behind a bearer token: a request without it gets 401 and nothing else."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if authorization_matches(environ.get("HTTP_AUTHORIZATION"), token):
+            return app(environ, start_response)
+        admission.refuse(UNAUTHORIZED)
+        log.warning("metrics client %s: no valid token; refused", environ.get("REMOTE_ADDR"))
+        start_response(
+            "401 Unauthorized",
+            [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="broker-spark"')],
+        )
+        return [b"this server needs a bearer token\n"]
+
+    return guarded
 
 
 class MetricsServer:
-    """``/metrics`` on ``host:port`` (port 0: a free one) from its own thread, until closed."""
+    """``/metrics`` on ``host:port`` (port 0: a free one) from its own thread, until closed;
+    with ``token`` (a secret, never shown) only for scrapers that send it."""
 
-    def __init__(self, status: Callable[[], dict[str, Any]], host: str, port: int) -> None:
+    def __init__(
+        self,
+        status: Callable[[], dict[str, Any]],
+        host: str,
+        port: int,
+        *,
+        token: str | None = None,
+        max_clients: int | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
         host = host or "0.0.0.0"
-        server_class = type("_MetricsServer", (_Server,), {})
+        self.admission = Admission("metrics", max_clients or MAX_CLIENTS)
+        app = make_wsgi_app(self.registry)
+        if token:
+            app = _guarded(app, token, self.admission)
+        server_class = type("_MetricsServer", (_Server,), {"admission": self.admission})
         server_class.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._server = make_server(
-            host, port, make_wsgi_app(self.registry), server_class, handler_class=_Handler
-        )
+        self._server = make_server(host, port, app, server_class, handler_class=_Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="broker-spark-metrics", daemon=True
         )
         self._thread.start()
         self.port: int = self._server.server_port
+        self.admission.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     def close(self) -> None:
         self._server.shutdown()

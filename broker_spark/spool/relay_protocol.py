@@ -47,7 +47,9 @@ A relay may limit a reader's credential (its certificate's name) to topic
 prefixes: it then serves that reader only records on them (KEPT frames, whose
 offsets still advance over the others), and a HELLO naming other ``topics``, a
 ``status`` role or request, gets ERROR ``forbidden`` and the connection is
-closed; other readers are not affected.
+closed; other readers are not affected. A server already serving as many
+connections as it allows answers a new one with ERROR ``too_many`` before any
+HELLO and closes it.
 
 Flow control is by credit: the owner sends while the bytes it sent beyond the
 reader's acknowledgements stay within the credit, so a slow reader costs the
@@ -402,6 +404,11 @@ class RelayServerSession:
 
     def error(self, code: str, message: str, **extra: Any) -> bytes:
         return encode_message(Kind.ERROR, {"code": code, "message": message, **extra})
+
+    @staticmethod
+    def refusal(code: str, message: str) -> bytes:
+        """An ERROR for a connection turned away before it has a session (a full server)."""
+        return encode_message(Kind.ERROR, {"code": code, "message": message})
 
 
 # --- the reader's side --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker_spark.admission import Admission
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.spool.relay_protocol import (
@@ -39,6 +40,10 @@ __all__ = ["SpoolServer"]
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 1 << 16
+
+#: Connections served at once on each socket (readers, followers, status requests); beyond,
+#: a new one gets a ``too_many`` ERROR and is closed.
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 @dataclass
@@ -71,6 +76,11 @@ class SpoolServer:
     TCP to topic prefixes by the common name of their (verified) certificate,
     ``"*"`` for every other certificate; a name not there (and no ``"*"``) reads
     everything. The owner's own machine (the Unix socket) is never limited.
+
+    At most ``max_connections`` connections are served at once on TCP and as
+    many on the Unix socket; what each turned away (``too-many``,
+    ``timeout``: no HELLO in time, ``protocol``, ``forbidden``) is counted in
+    :attr:`admission` (TCP, the relay) and :attr:`control` (the Unix socket).
     """
 
     def __init__(
@@ -82,8 +92,11 @@ class SpoolServer:
         on_readers: Callable[[int], None] | None = None,
         name: str = "broker-spark-spool-server",
         grants: Mapping[str, tuple[str, ...]] | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.service = service
+        self.admission = Admission("relay", max_connections)
+        self.control = Admission("control", max_connections)
         self._grants = dict(grants or {})
         self._attach = attach
         self._stop = stop
@@ -106,6 +119,7 @@ class SpoolServer:
             )
             os.chmod(path, 0o600)
             self._servers.append(server)
+            self.control.address = path
 
         self._loop.run_coro(start())
 
@@ -122,7 +136,9 @@ class SpoolServer:
                 ssl_handshake_timeout=HELLO_TIMEOUT if tls is not None else None,
             )
             self._servers.append(server)
-            return server.sockets[0].getsockname()[1]
+            bound = server.sockets[0].getsockname()[1]
+            self.admission.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+            return bound
 
         return self._loop.run_coro(start())
 
@@ -163,8 +179,29 @@ class SpoolServer:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
     ) -> None:
-        loop = asyncio.get_running_loop()
         peer = _peer_name(writer, local)
+        admission = self.control if local else self.admission
+        if not admission.enter():  # counted as too-many
+            log.warning("spool reader %s: %d connections already; closing", peer, admission.limit)
+            with contextlib.suppress(Exception):
+                writer.write(RelayServerSession.refusal("too_many", "too many connections"))
+                await writer.drain()
+            writer.close()
+            return
+        try:
+            await self._serve_admitted(reader, writer, local, peer, admission)
+        finally:
+            admission.leave()
+
+    async def _serve_admitted(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        local: bool,
+        peer: str,
+        admission: Admission,
+    ) -> None:
+        loop = asyncio.get_running_loop()
         identity = "" if local else _common_name(writer)
         allowed = None
         if self._grants and not local:
@@ -201,6 +238,7 @@ class SpoolServer:
                 woken.clear()
                 if session.hello_overdue(loop.time()):  # silent, or a byte at a time
                     log.warning("spool reader %s: no HELLO in time; closing", peer)
+                    admission.refuse("timeout")
                     writer.write(session.error("timeout", "no HELLO in time"))
                     return
                 if incoming not in done:
@@ -213,9 +251,12 @@ class SpoolServer:
                     events = session.receive(data)
                 except RelayProtocolError as exc:
                     log.warning("spool reader %s: %s; closing its connection", peer, exc)
+                    admission.refuse("protocol")
                     writer.write(session.error("protocol", str(exc)))
                     return
                 for event in events:
+                    if event.kind == "forbidden":
+                        admission.refuse("forbidden")
                     outcome = self._handle(session, event)
                     if outcome is None:
                         continue

@@ -103,6 +103,7 @@ class SpoolService:
         self._endpoint: Any = None
         #: What arrived from each kind of source, and what was refused.
         self.counts = SourceCounts(self._links)
+        self._listeners: list[Any] = []
         self._sources: list[tuple[str | None, SpoolSource]] = []
         self.pumps: list[SpoolPump] = []
         self._watchers: list[Callable[[], None]] = []
@@ -206,7 +207,13 @@ class SpoolService:
         out["error"] = self.state()["error"]
         out["peers"] = _peers(self._endpoint)
         out["sources"] = self.counts.snapshot()
+        out["listeners"] = [a.snapshot() for a in list(self._listeners)]
         return out
+
+    def watch_listener(self, admission: Any) -> None:
+        """Show a listening port's connections and refusals (an
+        :class:`~broker_spark.admission.Admission`) in :meth:`status`."""
+        self._listeners.append(admission)
 
     def restart_at(self, offset: int) -> None:
         """Drop what the spool holds and continue at ``offset``, beyond its end (a query's

@@ -106,8 +106,12 @@ class WebSocketPeer:
         max_size: int,
         open_timeout: float,
         close_timeout: float,
+        token: str | None = None,
     ) -> None:
         self.core = core
+        self._headers = {"X-Application-Name": APPLICATION_NAME}
+        if token:  # a server that wants a bearer token (ours with --websocket-token)
+            self._headers["Authorization"] = f"Bearer {token}"
         self.url = url
         self.shown = without_credentials(url)  # the URL in messages: no password
         self.topics = topics
@@ -185,7 +189,7 @@ class WebSocketPeer:
                 open_timeout=self.open_timeout,
                 close_timeout=self.close_timeout,
                 max_size=self.max_size,
-                additional_headers={"X-Application-Name": APPLICATION_NAME},
+                additional_headers=self._headers,
             )
         except Exception as exc:  # OSError, a timeout, websockets' InvalidHandshake family
             self._fail(EC.PeerUnavailable, f"cannot connect to {self.shown}: {exc!r}")

@@ -33,7 +33,7 @@ from broker_spark.subscriber import topic_list
 from broker_spark.version import Version
 from broker_spark.websocket.bridge import WebSocketPeer, normalize_url
 from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW
-from broker_spark.websocket.server import WebSocketServer
+from broker_spark.websocket.server import DEFAULT_MAX_CONNECTIONS, WebSocketServer
 
 if TYPE_CHECKING:
     from broker_spark.config import Configuration
@@ -127,8 +127,14 @@ class WebSocketManager:
         max_size: int = DEFAULT_MAX_SIZE,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> int:
-        """Serve the API on ``address:port``; the bound port, or 0 when binding failed."""
+        """Serve the API on ``address:port``; the bound port, or 0 when binding failed.
+
+        With ``token`` clients must present it (``Authorization: Bearer``, or as
+        their URL's password); at most ``max_connections`` are served at once.
+        """
         if ssl_context is None and not self._config.options.disable_ssl:
             ssl_context = self.contexts().server
         server = WebSocketServer(
@@ -140,6 +146,8 @@ class WebSocketManager:
             ),
             max_size=_positive("max_size", max_size, DEFAULT_MAX_SIZE),
             close_timeout=close_timeout,
+            token=token,
+            max_connections=_positive("max_connections", max_connections, DEFAULT_MAX_CONNECTIONS),
         )
         try:
             bound = self._loop.run_coro(server.start(address, port))
@@ -165,6 +173,7 @@ class WebSocketManager:
         open_timeout: float = DEFAULT_OPEN_TIMEOUT,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
         wait: bool = True,
     ) -> bool:
         """Bridge to the WebSocket API at ``url``; True once acked (see :class:`WebSocketPeer`).
@@ -176,6 +185,7 @@ class WebSocketManager:
         With ``wait`` (the default) blocks until the first attempt succeeded or
         failed; with ``retry`` > 0 a failed bridge keeps trying in the background.
         Without ``wait`` returns False right away and connects in the background.
+        ``token`` is sent as ``Authorization: Bearer`` (a server started with one).
         """
         url = normalize_url(url)
         prefixes = tuple(dict.fromkeys(topic_list(topics)))
@@ -203,6 +213,7 @@ class WebSocketManager:
             max_size=_positive("max_size", max_size, DEFAULT_MAX_SIZE),
             open_timeout=open_timeout,
             close_timeout=close_timeout,
+            token=token,
         )
         with self._lock:
             self.peers[url] = bridge

@@ -16,6 +16,14 @@ nothing of a rejected message reaches anyone. Only a frame beyond
 ``max_size`` closes the connection (code 1009, by the ``websockets`` library)
 and so does a client that reads too slowly (see the link).
 
+Who may connect: with a ``token`` a client must send it (``Authorization:
+Bearer TOKEN``, or as the password of its URL, which is HTTP Basic) or gets
+401 before any WebSocket exists; beyond ``max_connections`` clients a new one
+gets 503; a client that sends no subscriptions within
+``SUBSCRIPTIONS_TIMEOUT`` is closed (1008). All three are counted in :attr:`WebSocketServer.admission` (what
+``status --relay`` and ``/metrics`` show). Zeek's own server has neither; a
+client that sends no credential sees the same API as before.
+
 Shutdown: the core closes every link when the endpoint shuts down, and a
 guard task, cancelled when the loop stops, closes the listening socket and
 aborts whatever connection is left, including ones still in their opening
@@ -25,6 +33,8 @@ handshake, so no socket outlives the endpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +42,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.http11 import Request, Response
 
+from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
 from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import decode_client_message, decode_subscriptions, encode_ack
@@ -48,14 +59,23 @@ from broker_spark.websocket.ws_link import (
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
 
-__all__ = ["SHUTDOWN_GRACE", "WebSocketServer"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "SHUTDOWN_GRACE", "WebSocketServer"]
 
+log = logging.getLogger(__name__)
+
+#: Seconds a client has, once connected, to send its subscriptions (the API's first message).
+SUBSCRIPTIONS_TIMEOUT = 10.0
+#: Clients a server serves at once; beyond, a new one is answered 503.
+DEFAULT_MAX_CONNECTIONS = 1024
 #: Seconds an endpoint's shutdown gives connections to close politely before aborting them.
 SHUTDOWN_GRACE = 0.25
 
 
 class _TrackedConnection(ServerConnection):
-    """A server connection that registers itself from TCP accept to TCP close."""
+    """A server connection that registers itself from TCP accept to TCP close, and holds
+    its place in the server's bound (``admitted``) from its admission to its close."""
+
+    admitted: Admission | None = None
 
     def __init__(self, *args: Any, registry: set[ServerConnection], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -67,6 +87,9 @@ class _TrackedConnection(ServerConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
+        if self.admitted is not None:
+            self.admitted.leave()
+            self.admitted = None
         super().connection_lost(exc)
 
 
@@ -75,7 +98,8 @@ class WebSocketServer:
 
     ``send_capacity`` bounds each client's send queue (messages), ``max_size``
     each received frame (bytes), ``close_timeout`` the polite closing of a
-    connection before it is aborted.
+    connection before it is aborted, ``max_connections`` the clients served at
+    once; ``token`` (a secret, never shown) is what clients must present.
     """
 
     def __init__(
@@ -87,8 +111,12 @@ class WebSocketServer:
         send_capacity: int,
         max_size: int,
         close_timeout: float,
+        token: str | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.core = core
+        self._token = token or None
+        self.admission = Admission("websocket", max_connections)
         self.version = version
         self.ssl_context = ssl_context
         self.send_capacity = send_capacity
@@ -114,16 +142,35 @@ class WebSocketServer:
             compression=None,  # neither Broker nor Zeek compress; it would only cost CPU
             max_size=self.max_size,
             close_timeout=self.close_timeout,
-            process_request=self._check_path,
+            process_request=self._check_request,
             create_connection=make_connection,  # type: ignore[arg-type]
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self.admission.address = f"{address}:{self.port}"
         self._guard = asyncio.get_running_loop().create_task(self._guard_until_stopped())
         return self.port
 
-    def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The opening request's path, credential and the bound, before any WebSocket."""
         if request.path.partition("?")[0] != JSON_PATH:
             return connection.respond(404, f"Zeek's WebSocket API lives at {JSON_PATH}\n")
+        if self._token is not None and not authorization_matches(
+            request.headers.get("Authorization"), self._token
+        ):
+            self.admission.refuse(UNAUTHORIZED)
+            log.warning("websocket client %s: no valid token; refused", _remote(connection))
+            response = connection.respond(401, "this server needs a bearer token\n")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="broker-spark"'
+            return response
+        if not self.admission.enter():  # counted as too-many
+            log.warning(
+                "websocket client %s: %d clients already; refused",
+                _remote(connection),
+                self.admission.connections,
+            )
+            return connection.respond(503, "too many clients\n")
+        if isinstance(connection, _TrackedConnection):
+            connection.admitted = self.admission  # left when its TCP connection closes
         return None
 
     async def _guard_until_stopped(self) -> None:
@@ -164,8 +211,14 @@ class WebSocketServer:
     async def _handle(self, ws: ServerConnection) -> None:
         core = self.core
         try:
-            topics = await self._handshake(ws)
+            topics = await asyncio.wait_for(self._handshake(ws), SUBSCRIPTIONS_TIMEOUT)
         except ConnectionClosed:
+            return
+        except asyncio.TimeoutError:  # connected and silent: a probe, or a held-open socket
+            self.admission.refuse("timeout")
+            log.warning("websocket client %s: no subscriptions in time; closing", _remote(ws))
+            with contextlib.suppress(Exception):
+                await close_connection(ws, 1008, "no subscriptions in time", None, 1.0)
             return
         if core.closed:
             return
@@ -260,3 +313,11 @@ class WebSocketServer:
             node_msg = (msg.topic, payload, DATA, ttl, sender)
             if not link.offer(node_msg) and not await link.feed(node_msg):
                 return
+
+
+def _remote(connection: ServerConnection) -> str:
+    try:
+        host, port = connection.remote_address[:2]
+    except Exception:  # already gone
+        return "?"
+    return f"{host}:{port}"
