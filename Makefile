@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-cluster test-spark-versions demo lint format bench clean
+.PHONY: test test-slow test-cluster test-spark-versions soak demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ test-cluster: $(STAMP)
 # own .venv-spark-X.Y, both at once; CI runs it after `make test`.
 test-spark-versions:
 	PYTHON=$(PYTHON) .ci/spark-versions
+
+# The whole path (two relays, senders over ZeroMQ and Broker, a Spark query, WebSocket and
+# store clients) under load with faults injected, then checked: bench/soak/run.py.
+# SOAK_SECONDS long (10 minutes by default; an hour: SOAK_SECONDS=3600 make soak).
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python bench/soak/run.py
 
 demo: $(STAMP)
 	$(BIN)/broker-spark demo

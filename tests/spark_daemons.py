@@ -37,6 +37,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ports import free_port  # noqa: F401 - where the tests have taken it from
+
 ROOT = str(Path(__file__).resolve().parent.parent)
 
 #: What the daemons' folder is called (``tests/conftest.py`` fails a run that leaves one).
@@ -48,13 +50,6 @@ def spark_home() -> str:
     from pyspark.find_spark_home import _find_spark_home
 
     return _find_spark_home()
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:

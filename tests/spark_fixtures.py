@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port  # noqa: F401 - where the tests have taken it from
 
 import broker_spark as broker
 from broker_spark.config import BrokerOptions, Configuration
@@ -109,13 +109,6 @@ def hub() -> Iterator[broker.Endpoint]:
         yield endpoint
     finally:
         endpoint.shutdown()
-
-
-def free_port() -> int:
-    """A local port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:

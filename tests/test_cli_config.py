@@ -148,9 +148,10 @@ def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
         "[spool]\ndir = 'spool'\ntopics = ['zeek/logs/']\nrelay = '0.0.0.0:9990'\n"
-        "retention_bytes = 4096\nretention_seconds = 60\n",
+        "retention_bytes = 4096\nretention_seconds = 60\nsegment_bytes = 2048\n",
     )
     s = load_node_config(path)
+    assert s.spool_segment_bytes == 2048
     assert (s.spool_dir, s.spool_topics, s.relay) == (
         str(tmp_path / "spool"),
         ["zeek/logs/"],
@@ -158,10 +159,19 @@ def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
     )
     assert (s.spool_retention_bytes, s.spool_retention_seconds) == (4096, 60.0)
     args = build_parser().parse_args(
-        ["node", "--config", str(path), "--spool-retention", "1m", "--no-relay"]
-    )
+        ["node", "--config", str(path), "--spool-retention", "1m", "--spool-segment", "64k",
+         "--no-relay"]
+    )  # fmt: skip
     flags = settings_from(args)
     assert (flags.spool_retention_bytes, flags.relay) == (1 << 20, None)
+    assert flags.spool_segment_bytes == 64 << 10
+    from broker_spark.cli.node import _relay_node
+
+    node = _relay_node(flags)  # the spool takes the file size: retention drops whole files
+    try:
+        assert node.service.spool.segment_bytes == 64 << 10
+    finally:
+        node.stop()
     assert main(["node", "--subscribe", "zeek/", "--no-tls"]) == 2  # topics without a spool
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -220,7 +221,9 @@ def test_metrics_with_a_token_answer_only_who_sends_it() -> None:
         assert code == 200 and "broker_spark_spool_bytes 7.0" in body
         refused = 'broker_spark_listener_refused_total{listener="metrics",reason="unauthorized"}'
         assert f"{refused} 2.0" in body
-        assert 'broker_spark_listener_connections{listener="metrics"} 1.0' in body
+        # This scrape's connection at least (an earlier one may still be closing).
+        held = re.search(r'broker_spark_listener_connections\{listener="metrics"\} (\S+)', body)
+        assert held is not None and 1 <= float(held.group(1)) <= 3
     finally:
         server.close()
 

@@ -166,6 +166,12 @@ def register(sub: Any) -> None:
         help="drop the oldest records beyond this size (default 1g)",
     )
     spool.add_argument(
+        "--spool-segment",
+        type=_size,
+        metavar="SIZE",
+        help="the size of one spool file; retention drops whole files (default 64m)",
+    )
+    spool.add_argument(
         "--spool-max-age",
         type=positive_float,
         metavar="SECONDS",
@@ -220,6 +226,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("relay", "relay"),
         ("spool_retention", "spool_retention_bytes"),
         ("spool_max_age", "spool_retention_seconds"),
+        ("spool_segment", "spool_segment_bytes"),
         ("zeromq_logs", "zeromq_logs"),
         ("zeromq_proxy", "zeromq_proxy"),
         ("websocket_peer", "websocket_peers"),
@@ -424,6 +431,7 @@ def _relay_node(settings: NodeSettings) -> Any:
             settings.spool_retention_bytes,
             settings.spool_retention_seconds,
             dict(settings.spool_readers),
+            settings.spool_segment_bytes,
         )
     )
 

@@ -43,6 +43,7 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     relay = "127.0.0.1:9998"      # where readers connect (TLS as [tls]); false: nobody
     retention_bytes = 1073741824  # drop the oldest beyond this size
     retention_seconds = 604800    # or beyond this age
+    segment_bytes = 67108864      # a file's size: retention drops whole files (as Kafka)
 
     [spool.readers]               # limit readers (by their certificate's name) to topics
     "dns-team" = ["zeek/logs/DNS::LOG"]   # this certificate reads the DNS log only
@@ -136,6 +137,7 @@ class NodeSettings:
     relay: HostPort | None = DEFAULT_RELAY  # where the spool is served (with spool_dir)
     spool_retention_bytes: int | None = 1 << 30
     spool_retention_seconds: float | None = 7 * 24 * 3600.0
+    spool_segment_bytes: int | None = None  # None: the spool's default (64 MiB)
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
     zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
@@ -319,7 +321,10 @@ def load_node_config(path: str | Path) -> NodeSettings:
 
 
 def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
-    known = ["dir", "topics", "relay", "retention_bytes", "retention_seconds", "readers"]
+    known = [
+        "dir", "topics", "relay", "retention_bytes", "retention_seconds", "segment_bytes",
+        "readers",
+    ]  # fmt: skip
     spool = r.keys("[spool]", doc.get("spool", {}), known)
     if "dir" in spool:
         s.spool_dir = r.path_value("[spool]", "dir", spool["dir"])
@@ -335,7 +340,7 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
         str(name): tuple(r.strings("[spool.readers]", str(name), topics))
         for name, topics in readers.items()
     }
-    for key in ("retention_bytes", "retention_seconds"):
+    for key in ("retention_bytes", "retention_seconds", "segment_bytes"):
         if key in spool:
             value = r.typed("[spool]", key, spool[key], (int, float))
             if value <= 0:

@@ -49,6 +49,8 @@ class SpoolSettings:
     retention_seconds: float | None
     #: readers limited to topic prefixes by their certificate's name (see SpoolServer)
     readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the size of one spool file (retention drops whole files); None: the spool's default
+    segment_bytes: int | None = None
 
 
 class RelayNode:
@@ -66,10 +68,12 @@ class RelayNode:
             int(settings.retention_seconds * 1000) if settings.retention_seconds else None
         )
         try:
+            segment = {"segment_bytes": settings.segment_bytes} if settings.segment_bytes else {}
             spool = Spool(
                 settings.directory,
                 retention_bytes=settings.retention_bytes,
                 retention_ms=retention_ms,
+                **segment,
             )
         except SpoolLockedError:
             raise CliError(

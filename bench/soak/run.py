@@ -1,0 +1,582 @@
+"""``make soak``: the whole path under load for a while, with faults, then checked.
+
+Usage: ``python bench/soak/run.py [--seconds S] [--seed N] [--json FILE] [--keep]``
+(``SOAK_SECONDS`` sets the default of ``--seconds``: 600, ten minutes; an hour on
+demand: ``SOAK_SECONDS=3600 make soak``).
+
+The path, each part a real process on loopback:
+
+* two relay nodes (``broker-spark node --spool``) as a Zeek cluster's loggers:
+  ``A`` also listens for Broker peers, serves the WebSocket API, masters the
+  store ``soak`` and serves metrics; ``B`` keeps small files and a small
+  retention, so retention runs all along;
+* a ZeroMQ sender PUSHing a real Zeek's conn records (fresh uids and times)
+  to both (ZeroMQ deals them round-robin, as Zeek's nodes do to its loggers),
+  and a Broker sender peered with ``A``;
+* a Spark query (its own driver process) reading both relays as one stream,
+  through cutting proxies, into a SQLite sink keyed by position (the Broker
+  sender peers through one too);
+* a WebSocket client and a store writer on the side.
+
+A seeded chaos loop meanwhile SIGKILLs and restarts relay ``B``, the driver and
+each sender in turn, cuts the query's relay connections and the Broker sender's
+peering mid-frame, sends hostile
+clients to every listening port, and once kills the driver and fills ``B`` past
+its retention so records are dropped unread (``failOnDataLoss=false``).
+
+At the end the senders stop, the query catches up and stops, and the checks
+run (the exit code says whether all passed):
+
+* every record sent is in the sink exactly once. Missing records are allowed
+  only where the design loses them, each counted by cause: in flight to a relay
+  or in a sender's socket when it was SIGKILLed, or on a Broker peering when it
+  was cut (Zeek's transports acknowledge nothing: the same loss a real Zeek has),
+  or dropped unread by retention while the driver was down (and the reader said
+  so);
+* no record is doubled;
+* relay ``A`` (never killed) does not grow in memory, descriptors or threads
+  between the middle and the end of the run beyond stated bounds, and relay
+  ``B``'s spool stays within its retention plus one file;
+* every hostile connection was refused or closed and every process survived it;
+* every fault was recovered from, with the time it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from faults import CuttingProxy, HostileClients  # noqa: E402
+from ledger import Fault, account  # noqa: E402
+from ports import free_port  # noqa: E402
+from procs import Component, Usage  # noqa: E402
+
+PY = sys.executable
+NODE = [PY, "-m", "broker_spark", "node", "--no-tls"]
+#: Relay B: small files and retention, so retention drops files all along.
+B_SEGMENT, B_RETENTION = 1 << 20, 4 << 20
+#: Growth allowed for relay A between the middle and the end of the run.
+RSS_GROWTH_MB, FD_GROWTH, THREAD_GROWTH = 48.0, 16, 8
+#: Longest pause of the query's writes allowed while hostile clients hit every port (s):
+#: three triggers of 2 s, and a batch's own time.
+HOSTILE_PAUSE = 10.0
+#: Files a checkpoint may hold: Spark keeps 100 batches (minBatchesToRetain) of offsets and
+#: commits, with their checksums, plus metadata and sources.
+CHECKPOINT_FILES = 500
+
+
+class Soak:
+    def __init__(self, seconds: float, seed: int, work: Path) -> None:
+        self.seconds = seconds
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.work = work
+        self.ports = {name: free_port() for name in ("A", "rA", "zA", "wA", "mA", "rB", "zB")}
+        self.faults: list[Fault] = []
+        self.windows: list[tuple[str, str, float, float]] = []
+        self.samples: dict[str, list[tuple[float, Usage]]] = {}
+        self.hostile_checks: list[dict[str, Any]] = []
+        p = self.ports
+        log = work / "logs"
+        log.mkdir()
+        self.relay_a = Component(
+            "relay-A",
+            [*NODE, "--listen", f"127.0.0.1:{p['A']}", "--spool", str(work / "spool-A"),
+             "--subscribe", "zeek/logs/", "--relay", f"127.0.0.1:{p['rA']}",
+             "--zeromq-logs", f"tcp://127.0.0.1:{p['zA']}", "--websocket", f"127.0.0.1:{p['wA']}",
+             "--master", "soak", "--metrics", f"127.0.0.1:{p['mA']}"],
+            log / "relay-A.log", "^ready$",
+        )  # fmt: skip
+        self.relay_b = Component(
+            "relay-B",
+            [*NODE, "--no-listen", "--spool", str(work / "spool-B"), "--subscribe", "zeek/logs/",
+             "--relay", f"127.0.0.1:{p['rB']}", "--zeromq-logs", f"tcp://127.0.0.1:{p['zB']}",
+             "--spool-segment", str(B_SEGMENT), "--spool-retention", str(B_RETENTION)],
+            log / "relay-B.log", "^ready$",
+        )  # fmt: skip
+        self.ledgers = {"Z": work / "ledger-Z", "K": work / "ledger-K", "F": work / "ledger-F"}
+        self.proxies = {
+            "A": CuttingProxy(("127.0.0.1", p["rA"]), self.rng),
+            "B": CuttingProxy(("127.0.0.1", p["rB"]), self.rng),
+        }
+        # The Broker sender peers through a cutting proxy too (Broker redials; what was in
+        # flight on a cut connection is lost, as with Zeek).
+        self.peering_proxy = CuttingProxy(("127.0.0.1", p["A"]), self.rng)
+        sender = [PY, str(HERE / "sender.py")]
+        zeromq = [f"tcp://127.0.0.1:{p['zA']}", f"tcp://127.0.0.1:{p['zB']}"]
+        self.zeromq = Component(
+            "sender-Z",
+            [*sender, "zeromq", str(self.ledgers["Z"]), "Z", *zeromq, "--rate", "300",
+             "--batch", "100"],
+            log / "sender-Z.log", "",
+        )  # fmt: skip
+        self.broker = Component(
+            "sender-K",
+            [*sender, "broker", str(self.ledgers["K"]), "K",
+             f"127.0.0.1:{self.peering_proxy.port}",
+             "--rate", "150", "--batch", "50"],
+            log / "sender-K.log", "",
+        )  # fmt: skip
+        self.filler = Component(
+            "sender-F",
+            [*sender, "zeromq", str(self.ledgers["F"]), "F", f"tcp://127.0.0.1:{p['zB']}",
+             "--rate", "4000", "--batch", "500"],
+            log / "sender-F.log", "",
+        )  # fmt: skip
+        relays = ",".join(f"127.0.0.1:{x.port}" for x in self.proxies.values())
+        self.sink = work / "sink.db"
+        self.query = Component(
+            "driver",
+            [PY, str(HERE / "query.py"), relays, str(work / "checkpoint"), str(self.sink)],
+            log / "driver.log",
+            "^started$",
+            # A SIGKILLed driver cannot clean up: its Spark folders stay in the run's folder.
+            # (and Spark's launcher JVM keeps no perf data in /tmp/hsperfdata_$USER).
+            env={
+                "TMPDIR": str(work / "driver-tmp"),
+                "SPARK_LOCAL_DIRS": str(work / "driver-tmp"),
+                "SPARK_LAUNCHER_OPTS": "-XX:-UsePerfData",
+            },
+        )
+        (work / "driver-tmp").mkdir()
+        self.side_report = work / "side.json"
+        self.side = Component(
+            "side",
+            [PY, str(HERE / "side.py"), f"ws://127.0.0.1:{p['wA']}/v1/messages/json",
+             f"127.0.0.1:{p['A']}", str(self.side_report)],
+            log / "side.log", "",
+        )  # fmt: skip
+        self.hostile = HostileClients(
+            {"peering": p["A"], "relay-A": p["rA"], "relay-B": p["rB"], "websocket": p["wA"],
+             "metrics": p["mA"], "zeromq-A": p["zA"], "zeromq-B": p["zB"]},
+            self.rng,
+        )  # fmt: skip
+        self.long_lived = [self.relay_a, self.relay_b, self.query]
+        self.tmp_before = set(os.listdir(tempfile.gettempdir()))
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        began = time.time()
+        startup = {c.name: c.start() for c in (self.relay_a, self.relay_b)}
+        startup[self.query.name] = self.query.start(240)
+        for c in (self.zeromq, self.broker, self.side):
+            c.start()
+        self.relay_ids = {name: self._relay_id(port) for name, port in
+                          (("A", self.ports["rA"]), ("B", self.ports["rB"]))}  # fmt: skip
+        end = began + self.seconds
+        kinds = [self.kill_relay, self.kill_driver, self.kill_zeromq_sender,
+                 self.kill_broker_sender, self.cut_connections, self.hostile_burst]  # fmt: skip
+        todo: list[Any] = []
+        filled = middle_sampled = False
+        self._sample()
+        next_at = time.time() + 20
+        while True:
+            self._wait_until(next_at)
+            if not middle_sampled and time.time() >= began + self.seconds / 2:
+                self._sample()
+                middle_sampled = True
+            if time.time() > end - 60:  # the last minute is left to settle
+                break
+            self._check_alive()
+            if not filled and time.time() >= began + self.seconds / 2:
+                action, filled = self.fill_past_retention, True
+            else:
+                if not todo:  # a round of every kind, in a seeded order
+                    todo = kinds[:]
+                    self.rng.shuffle(todo)
+                action = todo.pop()
+            action()
+            self._await_recovery(self.faults[-1], 120)
+            next_at = time.time() + self.rng.uniform(5, 15)
+        self._wait_until(end)
+        if not middle_sampled:
+            self._sample()
+        self._sample()
+        return self._finish(began, startup)
+
+    # -- faults -------------------------------------------------------------------------
+
+    def kill_relay(self) -> None:
+        fault = Fault("kill-relay", "B", time.time())
+        self.relay_b.kill()
+        time.sleep(self.rng.uniform(0.5, 3.0))
+        self.relay_b.start()
+        fault.restarted = time.time()
+        self.faults.append(fault)
+        # What was in flight to B (its socket buffers, ZeroMQ's queue) is lost upstream.
+        self.windows.append(("in flight to a killed relay", "*", fault.at - 5, fault.restarted + 2))
+
+    def kill_driver(self) -> None:
+        fault = Fault("kill-driver", "driver", time.time())
+        self.query.kill()
+        time.sleep(self.rng.uniform(0.5, 5.0))
+        self.query.start(240)
+        fault.restarted = time.time()
+        self.faults.append(fault)
+
+    def _kill_sender(self, sender: Component, tag: str) -> None:
+        fault = Fault("kill-sender", tag, time.time())
+        sender.kill()
+        time.sleep(self.rng.uniform(0.5, 3.0))
+        sender.start()
+        fault.restarted = time.time()
+        self.faults.append(fault)
+        # Batches handed to the socket but still in its queue die with the process.
+        self.windows.append(("in a killed sender's socket", tag, fault.at - 5, fault.at + 1))
+
+    def kill_zeromq_sender(self) -> None:
+        self._kill_sender(self.zeromq, "Z")
+
+    def kill_broker_sender(self) -> None:
+        self._kill_sender(self.broker, "K")
+
+    def cut_connections(self) -> None:
+        """Cut the query's relay connections and the Broker sender's peering mid-frame."""
+        fault = Fault("cut-connections", "readers and a peering", time.time())
+        fault.detail["cut"] = sum(p.cut() for p in (*self.proxies.values(), self.peering_proxy))
+        self.windows.append(("in flight on a cut peering", "K", fault.at - 5, fault.at + 5))
+        fault.restarted = fault.at
+        self.faults.append(fault)
+
+    def hostile_burst(self) -> None:
+        fault = Fault("hostile-clients", "every port", time.time())
+        before = self._listeners()
+        self.hostile.burst()
+        time.sleep(2.0)
+        self.hostile.release()
+        fault.restarted = time.time()
+        time.sleep(4.0)  # a batch or two after it
+        fault.detail = {
+            "connections": self.hostile.connections,
+            "refused_before": before,
+            "longest_pause_s": self._longest_pause(fault.at, time.time()),
+        }
+        self.faults.append(fault)
+        self.hostile_checks.append(
+            {"alive": all(c.alive for c in (self.relay_a, self.relay_b, self.query))}
+        )
+
+    def fill_past_retention(self) -> None:
+        """Driver down, relay B filled past its retention: records it held are dropped
+        before anyone read them, and the restarted query skips them with a warning."""
+        fault = Fault("fill-past-retention", "B", time.time())
+        self.query.kill()
+        self.filler.start()
+        time.sleep(8.0)  # 4,000 records a second: several of B's 1 MiB files
+        self.filler.stop()
+        fill_end = time.time()
+        self.query.start(240)
+        fault.restarted = time.time()
+        fault.detail["spool_B_mb"] = round(_size(self.work / "spool-B") / 2**20, 2)
+        self.faults.append(fault)
+        self.windows.append(("dropped unread by retention", "*", fault.at - 5, fill_end + 2))
+
+    # -- watching -----------------------------------------------------------------------
+
+    def _longest_pause(self, lo: float, hi: float) -> float:
+        """The longest time without a batch that added rows, between ``lo`` and ``hi``."""
+        import sqlite3
+
+        db = sqlite3.connect(self.sink, timeout=60)
+        try:
+            times = [lo] + [
+                t for (t,) in db.execute(
+                    "SELECT at FROM batches WHERE added > 0 AND at BETWEEN ? AND ? ORDER BY at",
+                    (lo, hi),
+                )
+            ] + [hi]  # fmt: skip
+        finally:
+            db.close()
+        return round(max(b - a for a, b in zip(times, times[1:], strict=False)), 2)
+
+    def _wait_until(self, at: float) -> None:
+        """Sleep until ``at``, sampling relay A each second."""
+        while time.time() < at:
+            time.sleep(min(1.0, max(0.0, at - time.time())))
+            self._sample_relay_a()
+
+    def _await_recovery(self, fault: Fault, timeout: float) -> None:
+        """Until the sink took new records after ``fault`` (from relay B after a kill of B),
+        so that faults do not overlap; the exact recovery time is measured at the end."""
+        import sqlite3
+
+        since = fault.restarted or fault.at
+        if fault.kind == "kill-relay":
+            sql, args = "SELECT MAX(written) FROM rows WHERE relay = ?", (self.relay_ids["B"],)
+        else:
+            sql, args = "SELECT MAX(at) FROM batches WHERE added > 0", ()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            db = sqlite3.connect(self.sink, timeout=60)
+            try:
+                latest = db.execute(sql, args).fetchone()[0]
+            finally:
+                db.close()
+            if latest is not None and latest > since + 1:
+                return
+            self._wait_until(time.time() + 1.0)
+
+    def _relay_id(self, port: int) -> str:
+        from broker_spark.spool.relay_client import SpoolClient
+
+        client = SpoolClient.tcp("127.0.0.1", port, None)
+        try:
+            return str(client.hello("status", "soak")["relay"])
+        finally:
+            client.close()
+
+    def _listeners(self) -> dict[str, Any]:
+        try:
+            text = urllib.request.urlopen(
+                f"http://127.0.0.1:{self.ports['mA']}/metrics", timeout=10
+            ).read()
+        except OSError as exc:
+            return {"error": repr(exc)}
+        out = {}
+        for line in text.decode().splitlines():
+            if line.startswith("broker_spark_listener_refused_total"):
+                name, _, value = line.rpartition(" ")
+                out[name.partition("{")[2].rstrip("}")] = float(value)
+        return out
+
+    def _sample(self) -> None:
+        for c in self.long_lived:
+            usage = c.usage()
+            if usage is not None:
+                self.samples.setdefault(c.name, []).append((time.time(), usage))
+
+    def _sample_relay_a(self) -> None:
+        usage = self.relay_a.usage()
+        if usage is not None:
+            self.samples.setdefault("relay-A (each second)", []).append((time.time(), usage))
+
+    def _check_alive(self) -> None:
+        for c in (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker):
+            if not c.alive:
+                raise RuntimeError(f"{c.name} died on its own: see {c.log}")
+
+    # -- the end ------------------------------------------------------------------------
+
+    def _finish(self, began: float, startup: dict[str, float]) -> dict[str, Any]:
+        for c in (self.zeromq, self.broker):
+            c.stop()
+        self.side.stop(90)
+        sent_end = time.time()
+        caught_up = self._wait_caught_up(240)
+        self._sample()
+        a_end = self.samples.get("relay-A", [])
+        listeners = self._listeners()
+        self.query.stop(90)
+        for c in (self.relay_a, self.relay_b):
+            c.stop(60)
+        for proxy in (*self.proxies.values(), self.peering_proxy):
+            proxy.close()
+        self.hostile.release()
+        ledgers = {t: p for t, p in self.ledgers.items()}
+        acc, unexplained = account(ledgers, self.sink, self.faults, self.windows, self.relay_ids)
+        skipped = _data_loss_warnings(self.query.log)
+        side = json.loads(self.side_report.read_text()) if self.side_report.exists() else {}
+        recoveries = [
+            f.recovered_s
+            for f in self.faults
+            if f.recovered_s is not None and f.kind != "hostile-clients"
+        ]
+        result: dict[str, Any] = {
+            "seconds": round(sent_end - began, 1),
+            "seed": self.seed,
+            "load_records_per_s": round(acc.sent / max(1.0, sent_end - began), 1),
+            "sent": acc.sent,
+            "in_sink": acc.in_sink,
+            "missing": acc.missing,
+            "missing_by_cause": dict(acc.missing_by_cause),
+            "doubled": acc.doubled,
+            "unknown_in_sink": acc.unknown_in_sink,
+            "dropped_at_hwm": acc.dropped_at_hwm,
+            "batches": acc.batches,
+            "batch_rows_replayed": acc.batch_rows_replayed,
+            "latency_s": acc.latency_s,
+            "checkpoint_files": sum(1 for f in (self.work / "checkpoint").rglob("*") if f.is_file()),
+            "tmp_left": sorted(
+                set(os.listdir(tempfile.gettempdir())) - self.tmp_before - {self.work.name}
+            ),
+            "retention_warnings": skipped,
+            "caught_up": caught_up,
+            "startup_s": {k: round(v, 1) for k, v in startup.items()},
+            "faults": [
+                {"kind": f.kind, "target": f.target, "at_s": round(f.at - began, 1),
+                 "recovered_s": f.recovered_s, **f.detail}
+                for f in self.faults
+            ],  # fmt: skip
+            "faults_by_kind": _count(f.kind for f in self.faults),
+            "recovery_s": {
+                "median": round(median(recoveries), 2) if recoveries else None,
+                "worst": max(recoveries) if recoveries else None,
+            },
+            "usage": {
+                name: {
+                    "start": vars(s[0][1]),
+                    "middle": vars(s[len(s) // 2][1]),
+                    "end": vars(s[-1][1]),
+                }
+                for name, s in self.samples.items()
+                if s
+            },
+            "listeners_refused": listeners,
+            "hostile_connections": self.hostile.connections,
+            "hostile": self.hostile_checks,
+            "side": side,
+            "spool_B_mb": round(_size(self.work / "spool-B") / 2**20, 2),
+            "unexplained_missing": unexplained,
+            "components": [c.describe() for c in
+                           (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker)],
+        }  # fmt: skip
+        result["checks"] = _checks(result, a_end)
+        return result
+
+    def _wait_caught_up(self, timeout: float) -> bool:
+        """Until the sink stops growing for 15 s (the query read all the relays hold)."""
+        import sqlite3
+
+        deadline = time.time() + timeout
+        last, still = -1, time.time()
+        while time.time() < deadline:
+            db = sqlite3.connect(self.sink, timeout=60)
+            try:
+                n = db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+            finally:
+                db.close()
+            if n != last:
+                last, still = n, time.time()
+            elif time.time() - still > 15:
+                return True
+            time.sleep(2.0)
+        return False
+
+    def close(self) -> None:
+        for c in (self.zeromq, self.broker, self.filler, self.side, self.query, self.relay_a,
+                  self.relay_b):  # fmt: skip
+            if c.alive:
+                c.kill()
+        for proxy in (*self.proxies.values(), self.peering_proxy):
+            proxy.close()
+        self.hostile.release()
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _data_loss_warnings(log: Path) -> dict[str, int]:
+    """What the reader said it skipped (``failOnDataLoss=false``): warnings, and the
+    distinct offsets (spool messages, each a batch of records) they name."""
+    import re
+
+    text = log.read_text(errors="replace") if log.exists() else ""
+    ranges = set(re.findall(r"offsets (\d+) to (\d+) are no longer in the spool of (\S+)", text))
+    offsets = sum(int(hi) - int(lo) + 1 for lo, hi, _where in ranges)
+    return {"warnings": text.count("are no longer in the spool"), "offsets_skipped": offsets}
+
+
+def _checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str, bool]:
+    causes = r["missing_by_cause"]
+    checks = {
+        "no record lost (outside the causes the design has)": causes.get("lost", 0) == 0,
+        "no record doubled": r["doubled"] == 0,
+        "the query caught up at the end": r["caught_up"],
+        "retention drops were reported by the reader": (
+            causes.get("dropped unread by retention", 0) == 0
+            or r["retention_warnings"]["offsets_skipped"] > 0
+        ),
+        "every fault recovered": all(f["recovered_s"] is not None for f in r["faults"]),
+        "every process survived the hostile clients, which were refused": (
+            all(h["alive"] for h in r["hostile"]) and sum(r["listeners_refused"].values()) > 0
+            if r["hostile"]
+            else True
+        ),
+        f"the query went on during hostile bursts (no pause over {HOSTILE_PAUSE:g} s)": all(
+            f["longest_pause_s"] <= HOSTILE_PAUSE
+            for f in r["faults"]
+            if f["kind"] == "hostile-clients"
+        ),
+        "no temporary file or folder left behind": not r["tmp_left"],
+        "the checkpoint stays bounded": r["checkpoint_files"] <= CHECKPOINT_FILES,
+        "relay B's spool within retention plus one file": (
+            r["spool_B_mb"] <= (B_RETENTION + 2 * B_SEGMENT) / 2**20
+        ),
+        "the store read back as written": r["side"].get("keys_wrong", 1) == 0,
+        "the WebSocket client's messages all arrived": (
+            r["side"].get("ws_sent", 0) > 0
+            and r["side"].get("ws_received") == r["side"].get("ws_sent")
+        ),
+    }
+    if len(a_samples) >= 3:
+        mid, end = a_samples[len(a_samples) // 2][1], a_samples[-1][1]
+        checks[f"relay A's memory grew less than {RSS_GROWTH_MB:g} MB (middle to end)"] = (
+            end.rss_mb - mid.rss_mb <= RSS_GROWTH_MB
+        )
+        checks[f"relay A's descriptors grew by at most {FD_GROWTH}"] = (
+            end.fds - mid.fds <= FD_GROWTH
+        )
+        checks[f"relay A's threads grew by at most {THREAD_GROWTH}"] = (
+            end.threads - mid.threads <= THREAD_GROWTH
+        )
+    return checks
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)))
+    p.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
+    p.add_argument("--json", type=Path, help="write the report here too")
+    p.add_argument("--keep", action="store_true", help="keep the run's folder (logs, spools)")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="broker-spark-soak-"))
+    soak = Soak(args.seconds, args.seed, work)
+    try:
+        result = soak.run()
+    except BaseException:
+        print(f"the soak failed; its logs are in {work}", file=sys.stderr)
+        soak.close()
+        raise
+    finally:
+        soak.close()
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    failed = [name for name, ok in result["checks"].items() if not ok]
+    for name, ok in result["checks"].items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name}", file=sys.stderr)
+    if failed or args.keep:
+        print(f"the run's folder: {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
