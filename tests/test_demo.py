@@ -35,6 +35,7 @@ from broker_spark.demo.events import (
     ConnectionEvents,
     EventPublisher,
 )
+from broker_spark.demo.options import Wiring
 from broker_spark.demo.table import SummaryRow, WindowTotals, human_bytes
 from broker_spark.spark.java import JavaMissingError
 from broker_spark.zeek import Event
@@ -276,12 +277,23 @@ def test_missing_java_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: Any) 
         ({"tls": TLSSettings(cafile="/no/such/ca.pem")}, "--cafile /no/such/ca.pem: no such file"),
         ({"seconds": 0.0}, "must be positive"),
         ({"tls": TLSSettings(certificate=__file__)}, "--certificate="),
+        ({"listen": "0.0.0.0:9999"}, "--listen 0.0.0.0:9999 is reachable from other hosts"),
+        ({"listen": ":0", "tls": TLSSettings(disable_ssl=True)}, "pass --allow-anonymous"),
     ],
 )
 def test_bad_flags_fail_before_anything_starts(flags: dict[str, Any], message: str) -> None:
     options = demo.DemoOptions(**flags)
     with pytest.raises(demo.DemoError, match=re.escape(message)):
         demo.run(options, spark=object())
+
+
+def test_a_listen_off_loopback_is_taken_with_mutual_tls_or_the_opt_out() -> None:
+    opted = Wiring.from_options(demo.DemoOptions(listen=":0", allow_anonymous=True))
+    assert opted.listen_host == "0.0.0.0"
+    parsed = demo.DemoOptions.from_args(
+        demo.add_arguments(argparse.ArgumentParser()).parse_args(["--allow-anonymous"])
+    )
+    assert parsed.allow_anonymous
 
 
 # --- a short run --------------------------------------------------------------------------------

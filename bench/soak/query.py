@@ -19,6 +19,7 @@ skipped with a warning, and the soak's checks count it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import sys
@@ -63,6 +64,8 @@ def main() -> int:
     db = sqlite3.connect(sink)
     db.executescript(SCHEMA)
     db.close()
+    # Spark's Python workers run this interpreter (the project's venv), activated or not.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from broker_spark.spark import register

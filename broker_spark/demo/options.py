@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_spark.addresses import is_loopback
 from broker_spark.config import TLSSettings
 from broker_spark.errors import BrokerError
 
@@ -57,6 +58,7 @@ class DemoOptions:
     tls: TLSSettings = field(default_factory=TLSSettings)  # --plain, --certificate, ...
     checkpoint: str | None = None
     trigger_seconds: float = TRIGGER_SECONDS
+    allow_anonymous: bool = False  # a --listen off loopback may take peers without mutual TLS
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DemoOptions:
@@ -144,6 +146,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--cafile", "--ca", metavar="PEM", help="CA certificates to verify peers with"
     )
     parser.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        default=None,
+        help="let a --listen other hosts reach take peers without mutual TLS (docs/security.md)",
+    )
+    parser.add_argument(
         "--checkpoint",
         metavar="DIR",
         help="the query's checkpoint (shared storage in cluster mode; default: a temporary one)",
@@ -185,6 +193,17 @@ class Wiring:
                 if not Path(value).is_file():
                     raise DemoError(f"--{name} {value}: no such file")
                 tls = tls.replace(**{name: str(Path(value).resolve())})
+        if (
+            not is_loopback(host)
+            and not (tls.authenticated and not tls.disable_ssl)
+            and not options.allow_anonymous
+        ):  # the node's rule (cli/exposure.py): its store takes writes from any peer
+            raise DemoError(
+                f"--listen {options.listen} is reachable from other hosts and its peers are "
+                "not authenticated: anyone could write into the demo's store. Give "
+                "--certificate, --key and --cafile (mutual TLS), bind to 127.0.0.1, or pass "
+                "--allow-anonymous"
+            )
         ssl = tls.spark_options()
         try:  # the checks Spark's options get (mutual TLS needs all three files, ...)
             probe = parse_writer_options({"peer": "localhost:1", **ssl})
