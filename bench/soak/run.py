@@ -414,8 +414,11 @@ class Soak:
             "batch_rows_replayed": acc.batch_rows_replayed,
             "latency_s": acc.latency_s,
             "checkpoint_files": sum(1 for f in (self.work / "checkpoint").rglob("*") if f.is_file()),
+            # hsperfdata_$USER is every JVM's of this user, made by whichever runs first.
             "tmp_left": sorted(
-                set(os.listdir(tempfile.gettempdir())) - self.tmp_before - {self.work.name}
+                name
+                for name in set(os.listdir(tempfile.gettempdir())) - self.tmp_before
+                if name != self.work.name and not name.startswith("hsperfdata_")
             ),
             "retention_warnings": skipped,
             "caught_up": caught_up,

@@ -20,9 +20,9 @@ Who may connect: with a ``token`` a client must send it (``Authorization:
 Bearer TOKEN``, or as the password of its URL, which is HTTP Basic) or gets
 401 before any WebSocket exists; beyond ``max_connections`` clients a new one
 gets 503; a client that sends no subscriptions within
-``SUBSCRIPTIONS_TIMEOUT`` is closed (1008). All three are counted in :attr:`WebSocketServer.admission` (what
-``status --relay`` and ``/metrics`` show). Zeek's own server has neither; a
-client that sends no credential sees the same API as before.
+``SUBSCRIPTIONS_TIMEOUT`` is closed (1008). All three are counted in
+:attr:`WebSocketServer.admission` (what ``status --relay`` and ``/metrics``
+show). Zeek's own server has no token; without one, clients see the same API.
 
 Shutdown: the core closes every link when the endpoint shuts down, and a
 guard task, cancelled when the loop stops, closes the listening socket and
