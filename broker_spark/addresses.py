@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["is_loopback", "zeromq_bind_host"]
+__all__ = ["format_host_port", "is_loopback", "zeromq_bind_host"]
 
 
 def is_loopback(host: str) -> bool:
@@ -36,6 +36,11 @@ def is_loopback(host: str) -> bool:
     return bool(addresses) and all(
         ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addresses
     )
+
+
+def format_host_port(host: object, port: int) -> str:
+    """``host:port`` as written in a URL or a log line, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def zeromq_bind_host(endpoint: str) -> str | None:

@@ -47,9 +47,9 @@ class Account:
     latency_s: dict[str, float] = field(default_factory=dict)  # sent to written in the sink
 
 
-def read_ledger(path: Path, tag: str) -> tuple[dict[tuple[int, int], float], int]:
-    """``(incarnation, first seq) -> sent time`` for every batch sent, plus the batch size
-    map folded in by :func:`account`; and the records refused at the high-water mark."""
+def read_ledger(path: Path) -> tuple[dict[tuple[int, int], float], int]:
+    """``(incarnation, seq) -> sent time`` for every record sent, and the records refused
+    at the high-water mark."""
     sent: dict[tuple[int, int], float] = {}
     dropped = 0
     if not path.exists():
@@ -87,7 +87,7 @@ def account(
     acc = Account()
     sent_at: dict[str, float] = {}
     for tag, path in ledgers.items():
-        batches, dropped = read_ledger(path, tag)
+        batches, dropped = read_ledger(path)
         acc.dropped_at_hwm += dropped
         for (incarnation, seq), at in batches.items():
             sent_at[f"{tag}{incarnation}x{seq}"] = at

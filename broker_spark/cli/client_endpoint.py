@@ -22,6 +22,7 @@ import logging
 import time
 from typing import Any
 
+from broker_spark.addresses import format_host_port
 from broker_spark.cli.args import client_configuration
 from broker_spark.cli.errors import CliError
 
@@ -78,8 +79,7 @@ class Client:
             return self.ws
         if self.zeromq:
             return f"the ZeroMQ proxy at {self.zeromq[0]} and {self.zeromq[1]}"
-        host, port = self.peer
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return format_host_port(*self.peer)
 
     def connect(self, topics: tuple[str, ...] = ()) -> None:
         """Peer (or connect to the WebSocket API, subscribing to ``topics``; what this

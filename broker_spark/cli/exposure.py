@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from broker_spark.addresses import is_loopback, zeromq_bind_host
+from broker_spark.addresses import format_host_port, is_loopback, zeromq_bind_host
 from broker_spark.cli.errors import UsageError
 
 __all__ = ["OpenListener", "check_exposure", "open_listeners"]
@@ -38,10 +38,6 @@ class OpenListener:
     remedy: str  # what authenticates its clients
 
 
-def _where(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
     """The listeners of ``settings`` (a ``NodeSettings``) reachable off this host whose
     clients are not authenticated; ``curve`` is the node's ``CurveKeys`` in force."""
@@ -53,7 +49,7 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
         if settings.listen is not None and not is_loopback(settings.listen[0]):
             out.append(
                 OpenListener(
-                    f"--listen {_where(*settings.listen)}",
+                    f"--listen {format_host_port(*settings.listen)}",
                     "anyone may peer and publish into this node (its spool, its stores)",
                     certs,
                 )
@@ -62,7 +58,7 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
         if settings.websocket is not None and not is_loopback(settings.websocket[0]) and not token:
             out.append(
                 OpenListener(
-                    f"--websocket {_where(*settings.websocket)}",
+                    f"--websocket {format_host_port(*settings.websocket)}",
                     "anyone may publish and subscribe through Zeek's WebSocket API",
                     f"{certs}, or --websocket-token over TLS",
                 )
@@ -70,7 +66,7 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
         if settings.spool_dir and settings.relay is not None and not is_loopback(settings.relay[0]):
             out.append(
                 OpenListener(
-                    f"--relay {_where(*settings.relay)}",
+                    f"--relay {format_host_port(*settings.relay)}",
                     "anyone may read everything the spool keeps",
                     certs,
                 )
@@ -83,7 +79,7 @@ def open_listeners(settings: Any, curve: Any = None) -> list[OpenListener]:
     ):
         out.append(
             OpenListener(
-                f"--metrics {_where(*settings.metrics)}",
+                f"--metrics {format_host_port(*settings.metrics)}",
                 "anyone may read the node's counters (its sources, peers and readers)",
                 "--metrics-token (Prometheus sends it from its credentials_file)",
             )

@@ -19,6 +19,7 @@ import os
 import threading
 from typing import Any
 
+from broker_spark.addresses import format_host_port
 from broker_spark.cli.args import (
     add_tls_arguments,
     check_tls,
@@ -282,8 +283,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _where(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return format_host_port(*address)
 
 
 def _say(line: str) -> None:

@@ -41,6 +41,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker_spark.addresses import format_host_port
 from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
 
 __all__ = ["MetricsServer", "StatusCollector"]
@@ -217,7 +218,7 @@ class MetricsServer:
         )
         self._thread.start()
         self.port: int = self._server.server_port
-        self.admission.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        self.admission.address = format_host_port(host, self.port)
 
     def close(self) -> None:
         self._server.shutdown()

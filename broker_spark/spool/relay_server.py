@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker_spark.addresses import format_host_port
 from broker_spark.admission import Admission
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.data.msgpack_records import keep_topics
@@ -137,7 +138,7 @@ class SpoolServer:
             )
             self._servers.append(server)
             bound = server.sockets[0].getsockname()[1]
-            self.admission.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+            self.admission.address = format_host_port(host, bound)
             return bound
 
         return self._loop.run_coro(start())
@@ -395,6 +396,5 @@ def _peer_name(writer: asyncio.StreamWriter, local: bool) -> str:
         return "local"
     peer = writer.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
-        host, port = peer[0], peer[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+        return format_host_port(peer[0], peer[1])
     return str(peer)

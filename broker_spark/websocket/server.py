@@ -42,6 +42,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.http11 import Request, Response
 
+from broker_spark.addresses import format_host_port
 from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
 from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
@@ -146,7 +147,7 @@ class WebSocketServer:
             create_connection=make_connection,  # type: ignore[arg-type]
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self.admission.address = f"{address}:{self.port}"
+        self.admission.address = format_host_port(address, self.port)
         self._guard = asyncio.get_running_loop().create_task(self._guard_until_stopped())
         return self.port
 
@@ -320,4 +321,4 @@ def _remote(connection: ServerConnection) -> str:
         host, port = connection.remote_address[:2]
     except Exception:  # already gone
         return "?"
-    return f"{host}:{port}"
+    return format_host_port(host, port)
