@@ -70,3 +70,32 @@ def test_a_fault_nothing_recovered_from_says_so(tmp_path: Path) -> None:
     acc, _ = account({"K": ledger}, sink, [fault], [], {"B": "b"})
     assert acc.missing == 0 and acc.doubled == 0
     assert fault.recovered_s is None  # nothing sent after it reached the sink from B
+
+
+def test_a_killed_receiver_recovers_when_its_own_rows_arrive(tmp_path: Path) -> None:
+    """A ``kill-receiver`` is recovered from by rows of the receiver's query, not the relays';
+    each query numbers its batches, so a batch is (query, batch id)."""
+    ledger_k = _ledger(tmp_path / "ledger-K", ["start 0 1.0", "0 0 2 30.0"])
+    ledger_r = _ledger(tmp_path / "ledger-R", ["start 0 1.0", "0 0 2 10.0", "0 2 2 30.0"])
+    sink = tmp_path / "sink.db"
+    db = sqlite3.connect(sink)
+    db.executescript(SCHEMA)
+    db.close()
+    write_batch(sink, 0, [("a", 1, 0, "K0x0"), ("a", 1, 1, "K0x1")])  # the relays' query
+    write_batch(sink, 0, [("receiver", 0, 0, "R0x0"), ("receiver", 0, 1, "R0x1")], "receiver")
+    fault = Fault("kill-receiver", "receiver", at=20.0, restarted=25.0)
+    windows = [("in flight to a killed receiver", "R", 15.0, 27.0)]
+    acc, unexplained = account(
+        {"K": ledger_k, "R": ledger_r}, sink, [fault], windows, {"A": "a", "receiver": "receiver"}
+    )
+    assert acc.batches == 2
+    # R0x2..3 (sent at 30, after the receiver was back) never arrived: lost, not excused.
+    assert dict(acc.missing_by_cause) == {"lost": 2} and len(unexplained) == 2
+    assert fault.recovered_s is None  # K's rows, sent after it, do not count
+    write_batch(sink, 1, [("receiver", 5, 0, "R0x2"), ("receiver", 5, 1, "R0x3")], "receiver")
+    acc, _ = account(
+        {"K": ledger_k, "R": ledger_r}, sink, [fault], windows, {"A": "a", "receiver": "receiver"}
+    )
+    assert acc.missing == 0 and acc.doubled == 0 and acc.batches == 3
+    written = sqlite3.connect(sink).execute("SELECT written FROM rows WHERE uid = 'R0x2'")
+    assert fault.recovered_s == pytest.approx(written.fetchone()[0] - 20.0, abs=0.01)

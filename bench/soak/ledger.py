@@ -80,9 +80,12 @@ def account(
     that sender) and missing is attributed to ``cause`` (records in flight to a
     relay or in a sender's socket when it was killed: Zeek's transports
     acknowledge nothing, so those are lost upstream of the spool, by design); any
-    other missing record counts as ``lost``. ``relay_ids`` maps a relay's name to
-    the id its rows carry. Fills in each fault's recovery time; returns the
-    account and the uids that are missing without a cause (at most 20, to look at).
+    other missing record counts as ``lost``. ``relay_ids`` maps a source's name (a
+    relay's, or the receiver's) to the ``relay`` its rows carry. Fills in each
+    fault's recovery time: the first write of a record sent after it, from the
+    source a ``kill-relay`` or ``kill-receiver`` hit, by the sender a
+    ``kill-sender`` hit; returns the account and the uids that are missing without
+    a cause (at most 20, to look at).
     """
     acc = Account()
     sent_at: dict[str, float] = {}
@@ -95,7 +98,9 @@ def account(
     db = sqlite3.connect(sink)
     try:
         found = db.execute("SELECT uid, relay, written FROM rows").fetchall()
-        acc.batches = db.execute("SELECT COUNT(DISTINCT batch_id) FROM batches").fetchone()[0]
+        acc.batches = db.execute(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT source, batch_id FROM batches)"
+        ).fetchone()[0]
         replayed = db.execute("SELECT COALESCE(SUM(rows - added), 0) FROM batches").fetchone()[0]
         acc.batch_rows_replayed = int(replayed)
     finally:
@@ -116,7 +121,7 @@ def account(
         acc.missing_by_cause[cause] += 1
         if cause == "lost" and len(unexplained) < 20:
             unexplained.append(uid)
-    # Recovery: the first write of a record sent after the fault (from what it hit).
+    # Recovery: the first write of a record sent after the fault (through what it hit).
     by_relay = {v: k for k, v in relay_ids.items()}
     arrivals: list[tuple[float, float, str, str]] = []  # (sent, written, tag, relay name)
     for uid, relay, written in found:
@@ -136,7 +141,7 @@ def account(
         for at, written, tag, relay in arrivals:
             if at < since:
                 continue
-            if fault.kind == "kill-relay" and relay != fault.target:
+            if fault.kind in ("kill-relay", "kill-receiver") and relay != fault.target:
                 continue
             if fault.kind == "kill-sender" and tag != fault.target:
                 continue

@@ -5,6 +5,13 @@ Spark driver, a sender) with its command line, its log file (appended across
 restarts) and the line that says it is ready. :meth:`Component.usage` reads
 what it and its children use (RSS, descriptors, threads), children included
 because a Spark driver's memory is mostly its JVM's.
+
+A component is started in a session of its own, and "its children" are the
+processes of that session: a process it started in another session (the
+receiver of a query's ``spoolPath``, which outlives its driver by design) is
+neither killed with it nor counted in its usage. :func:`alive`,
+:func:`usage_of` and :func:`stray` look at processes that are no component's
+(the receiver, what is left running at the end).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Component", "Usage"]
+__all__ = ["Component", "Usage", "alive", "stray", "usage_of"]
 
 
 @dataclass
@@ -32,23 +39,76 @@ class Usage:
     processes: int
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name: state, ppid, pgrp,
+    session, ... (None: gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _children(pid: int) -> list[int]:
-    """``pid`` and its descendants (from every process's parent in ``/proc``)."""
+    """``pid`` and its descendants in its session (from every process's parent and session
+    in ``/proc``): a descendant that started a session of its own is left out, with its
+    own descendants."""
     parents: dict[int, list[int]] = {}
+    sessions: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
+        stat = _stat(entry)
+        if stat is None:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
+        parents.setdefault(int(stat[1]), []).append(int(entry))
+        sessions[int(entry)] = int(stat[3])
+    session = sessions.get(pid)
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(parents.get(p, []))
+        todo.extend(c for c in parents.get(p, []) if sessions.get(c) == session)
+    return out
+
+
+def usage_of(pid: int) -> Usage | None:
+    """RSS, descriptors and threads of ``pid`` and its children in its session now."""
+    rss = fds = threads = n = 0
+    for p in _children(pid):
+        try:
+            status = _status(p)
+            rss += int(status.get("VmRSS", "0 kB").split()[0])
+            threads += int(status.get("Threads", "0"))
+            fds += len(os.listdir(f"/proc/{p}/fd"))
+            n += 1
+        except (OSError, ValueError):
+            continue
+    return Usage(round(rss / 1024, 1), fds, threads, n) if n else None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def stray(marker: str) -> list[dict[str, Any]]:
+    """Processes of this user that name ``marker`` (the run's folder) in their command line
+    or environment: what a run left running."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if (marker.encode() in cmdline or marker.encode() in environ) and alive(int(entry)):
+            words = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+            out.append({"pid": int(entry), "cmdline": words[:200]})
     return out
 
 
@@ -134,22 +194,16 @@ class Component:
             time.sleep(0.5)
             _kill_all(children)  # whatever it started and left (a JVM, Python workers)
 
+    def pids(self) -> list[int]:
+        """The process and its children in its session (none when it is down)."""
+        return _children(self.proc.pid) if self.proc is not None and self.alive else []
+
     def usage(self) -> Usage | None:
         """RSS, descriptors and threads of the process and its children now (None: down)."""
         if not self.alive:
             return None
         assert self.proc is not None
-        rss = fds = threads = n = 0
-        for pid in _children(self.proc.pid):
-            try:
-                status = _status(pid)
-                rss += int(status.get("VmRSS", "0 kB").split()[0])
-                threads += int(status.get("Threads", "0"))
-                fds += len(os.listdir(f"/proc/{pid}/fd"))
-                n += 1
-            except (OSError, ValueError):
-                continue
-        return Usage(round(rss / 1024, 1), fds, threads, n)
+        return usage_of(self.proc.pid)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "starts": self.starts, "kills": self.kills}

@@ -12,42 +12,58 @@ The path, each part a real process on loopback:
   retention, so retention runs all along;
 * a ZeroMQ sender PUSHing a real Zeek's conn records (fresh uids and times)
   to both (ZeroMQ deals them round-robin, as Zeek's nodes do to its loggers),
-  and a Broker sender peered with ``A``;
-* a Spark query (its own driver process) reading both relays as one stream,
-  through cutting proxies, into a SQLite sink keyed by position (the Broker
-  sender peers through one too);
+  and a Broker sender (``K``) peered with ``A``;
+* a Spark driver (its own process) running two queries into one SQLite sink
+  keyed by position: one reads both relays as one stream, through cutting
+  proxies; the other listens for Broker peers (``listen`` with a
+  ``spoolPath``), so its reader starts the receiver of that spool, a process of
+  its own session that owns the endpoint and the spool and outlives the
+  driver; a third sender (``R``, Broker) peers with that receiver. Both Broker
+  senders peer through cutting proxies too;
 * a WebSocket client and a store writer on the side.
 
-A seeded chaos loop meanwhile SIGKILLs and restarts relay ``B``, the driver and
-each sender in turn, cuts the query's relay connections and the Broker sender's
-peering mid-frame, sends hostile
-clients to every listening port, and once kills the driver and fills ``B`` past
-its retention so records are dropped unread (``failOnDataLoss=false``).
+A seeded chaos loop meanwhile SIGKILLs and restarts relay ``B``, the driver
+(never its receiver, which the restarted driver finds again through the spool
+folder) and each sender in turn; SIGKILLs the receiver alone, which the query
+starts again from its spool at its next trigger; cuts the query's relay
+connections and the Broker senders' peerings mid-frame; sends hostile clients to
+every listening port (the receiver's too); and once kills the driver and fills
+``B`` past its retention so records are dropped unread (``failOnDataLoss=false``).
 
-At the end the senders stop, the query catches up and stops, and the checks
-run (the exit code says whether all passed):
+At the end the senders stop, the queries catch up and stop, the receiver is
+stopped (``broker-spark receiver stop``'s way), and the checks run (the exit
+code says whether all passed):
 
 * every record sent is in the sink exactly once. Missing records are allowed
   only where the design loses them, each counted by cause: in flight to a relay
-  or in a sender's socket when it was SIGKILLed, or on a Broker peering when it
-  was cut (Zeek's transports acknowledge nothing: the same loss a real Zeek has),
-  or dropped unread by retention while the driver was down (and the reader said
-  so);
+  or to the receiver or in a sender's socket when it was SIGKILLed, or on a
+  Broker peering when it was cut (Zeek's transports acknowledge nothing: the
+  same loss a real Zeek has), or dropped unread by retention while the driver
+  was down (and the reader said so). What the receiver took while its driver
+  was down is not among them;
 * no record is doubled;
 * relay ``A`` (never killed) does not grow in memory, descriptors or threads
   between the middle and the end of the run beyond stated bounds, and relay
   ``B``'s spool stays within its retention plus one file;
 * every hostile connection was refused or closed and every process survived it;
-* every fault was recovered from, with the time it took.
+* every fault was recovered from, with the time it took (a killed receiver:
+  until records sent after the query started another reached the sink);
+* the receiver ran once, plus once per kill of it, and each restarted driver
+  attached to the one that ran on (the same pid, a reader of the new driver's
+  attached);
+* the receiver stopped cleanly, and nothing of the run is left running or in
+  the temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -65,7 +81,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from faults import CuttingProxy, HostileClients  # noqa: E402
 from ledger import Fault, account  # noqa: E402
 from ports import free_port  # noqa: E402
-from procs import Component, Usage  # noqa: E402
+from procs import Component, Usage, alive, stray, usage_of  # noqa: E402
+from query import RECEIVER_SOURCE  # noqa: E402
 
 PY = sys.executable
 NODE = [PY, "-m", "broker_spark", "node", "--no-tls"]
@@ -79,6 +96,9 @@ HOSTILE_PAUSE = 10.0
 #: Files a checkpoint may hold: Spark keeps 100 batches (minBatchesToRetain) of offsets and
 #: commits, with their checksums, plus metadata and sources.
 CHECKPOINT_FILES = 500
+#: Seconds the query may take to notice a killed receiver and start another (its next
+#: trigger, the start, the spool's recovery).
+RECEIVER_RESTART_TIMEOUT = 120.0
 
 
 class Soak:
@@ -87,7 +107,7 @@ class Soak:
         self.rng = random.Random(seed)
         self.seed = seed
         self.work = work
-        self.ports = {name: free_port() for name in ("A", "rA", "zA", "wA", "mA", "rB", "zB")}
+        self.ports = {name: free_port() for name in ("A", "rA", "zA", "wA", "mA", "rB", "zB", "L")}
         self.faults: list[Fault] = []
         self.windows: list[tuple[str, str, float, float]] = []
         self.samples: dict[str, list[tuple[float, Usage]]] = {}
@@ -110,7 +130,7 @@ class Soak:
              "--spool-segment", str(B_SEGMENT), "--spool-retention", str(B_RETENTION)],
             log / "relay-B.log", "^ready$",
         )  # fmt: skip
-        self.ledgers = {"Z": work / "ledger-Z", "K": work / "ledger-K", "F": work / "ledger-F"}
+        self.ledgers = {t: work / f"ledger-{t}" for t in ("Z", "K", "R", "F")}
         self.proxies = {
             "A": CuttingProxy(("127.0.0.1", p["rA"]), self.rng),
             "B": CuttingProxy(("127.0.0.1", p["rB"]), self.rng),
@@ -118,6 +138,12 @@ class Soak:
         # The Broker sender peers through a cutting proxy too (Broker redials; what was in
         # flight on a cut connection is lost, as with Zeek).
         self.peering_proxy = CuttingProxy(("127.0.0.1", p["A"]), self.rng)
+        # The receiver of the second query's spoolPath listens on L; its sender peers through
+        # a cutting proxy as well.
+        self.receiver_spool = work / "spool-R"
+        self.receiver_proxy = CuttingProxy(("127.0.0.1", p["L"]), self.rng)
+        self.receiver_pid: int | None = None  # the receiver the soak knows of
+        self.receiver_unexpected: list[dict[str, Any]] = []  # a receiver gone on its own
         sender = [PY, str(HERE / "sender.py")]
         zeromq = [f"tcp://127.0.0.1:{p['zA']}", f"tcp://127.0.0.1:{p['zB']}"]
         self.zeromq = Component(
@@ -133,6 +159,12 @@ class Soak:
              "--rate", "150", "--batch", "50"],
             log / "sender-K.log", "",
         )  # fmt: skip
+        self.receiving = Component(
+            "sender-R",
+            [*sender, "broker", str(self.ledgers["R"]), "R",
+             f"127.0.0.1:{self.receiver_proxy.port}", "--rate", "100", "--batch", "50"],
+            log / "sender-R.log", "",
+        )  # fmt: skip
         self.filler = Component(
             "sender-F",
             [*sender, "zeromq", str(self.ledgers["F"]), "F", f"tcp://127.0.0.1:{p['zB']}",
@@ -143,7 +175,16 @@ class Soak:
         self.sink = work / "sink.db"
         self.query = Component(
             "driver",
-            [PY, str(HERE / "query.py"), relays, str(work / "checkpoint"), str(self.sink)],
+            [
+                PY,
+                str(HERE / "query.py"),
+                relays,
+                str(work / "checkpoint"),
+                str(self.sink),
+                f"127.0.0.1:{p['L']}",
+                str(self.receiver_spool),
+                str(work / "checkpoint-R"),
+            ],
             log / "driver.log",
             "^started$",
             # A SIGKILLed driver cannot clean up: its Spark folders stay in the run's folder.
@@ -164,7 +205,7 @@ class Soak:
         )  # fmt: skip
         self.hostile = HostileClients(
             {"peering": p["A"], "relay-A": p["rA"], "relay-B": p["rB"], "websocket": p["wA"],
-             "metrics": p["mA"], "zeromq-A": p["zA"], "zeromq-B": p["zB"]},
+             "metrics": p["mA"], "zeromq-A": p["zA"], "zeromq-B": p["zB"], "receiver": p["L"]},
             self.rng,
         )  # fmt: skip
         self.long_lived = [self.relay_a, self.relay_b, self.query]
@@ -176,13 +217,21 @@ class Soak:
         began = time.time()
         startup = {c.name: c.start() for c in (self.relay_a, self.relay_b)}
         startup[self.query.name] = self.query.start(240)
-        for c in (self.zeromq, self.broker, self.side):
+        # The receiver query's reader starts the receiver of its spoolPath.
+        began_receiver = time.time()
+        self.receiver_pid = self._await_receiver(None, RECEIVER_RESTART_TIMEOUT)
+        if self.receiver_pid is None:
+            raise RuntimeError(f"the query started no receiver: see {self.query.log}")
+        startup["receiver"] = time.time() - began_receiver
+        for c in (self.zeromq, self.broker, self.receiving, self.side):
             c.start()
         self.relay_ids = {name: self._relay_id(port) for name, port in
                           (("A", self.ports["rA"]), ("B", self.ports["rB"]))}  # fmt: skip
+        self.relay_ids["receiver"] = RECEIVER_SOURCE
         end = began + self.seconds
-        kinds = [self.kill_relay, self.kill_driver, self.kill_zeromq_sender,
-                 self.kill_broker_sender, self.cut_connections, self.hostile_burst]  # fmt: skip
+        kinds = [self.kill_relay, self.kill_receiver, self.kill_driver, self.kill_zeromq_sender,
+                 self.kill_broker_sender, self.kill_receiver_sender, self.cut_connections,
+                 self.hostile_burst]  # fmt: skip
         todo: list[Any] = []
         filled = middle_sampled = False
         self._sample()
@@ -223,12 +272,48 @@ class Soak:
         # What was in flight to B (its socket buffers, ZeroMQ's queue) is lost upstream.
         self.windows.append(("in flight to a killed relay", "*", fault.at - 5, fault.restarted + 2))
 
+    def kill_receiver(self) -> None:
+        """SIGKILL the receiver of the second query's spoolPath (only it: the driver goes on);
+        the query finds it gone at its next trigger and starts another from the spool."""
+        fault = Fault("kill-receiver", RECEIVER_SOURCE, time.time())
+        log_at = self.query.log.stat().st_size
+        pid = self._receiver_info_pid()
+        if pid is None or pid != self.receiver_pid:
+            raise RuntimeError(f"the receiver is not the one started ({pid}, {self.receiver_pid})")
+        os.kill(pid, signal.SIGKILL)
+        while alive(pid):
+            time.sleep(0.05)
+        after = self._await_receiver(pid, RECEIVER_RESTART_TIMEOUT)
+        with self.query.log.open("rb") as f:  # the reader's warning when it starts another
+            f.seek(log_at)
+            said = f.read().decode(errors="replace")
+        fault.detail = {
+            "pid_before": pid,
+            "pid_after": after,
+            "query_said_so": f"the receiver of spool {self.receiver_spool}" in said
+            and "starting it again" in said,
+        }
+        if after is not None:
+            fault.restarted = time.time()
+            fault.detail["restarted_s"] = round(fault.restarted - fault.at, 2)
+            self.receiver_pid = after
+        else:
+            fault.detail["restarted_s"] = None
+        self.faults.append(fault)
+        # What the killed receiver held unappended, and what its Broker sender published
+        # into the dead peering until it noticed, is lost upstream of the spool.
+        self.windows.append(
+            ("in flight to a killed receiver", "R", fault.at - 5, (fault.restarted or fault.at) + 2)
+        )
+
     def kill_driver(self) -> None:
         fault = Fault("kill-driver", "driver", time.time())
+        receiver = self._receiver_info_pid()
         self.query.kill()
         time.sleep(self.rng.uniform(0.5, 5.0))
         self.query.start(240)
         fault.restarted = time.time()
+        fault.detail = self._reattached(receiver)
         self.faults.append(fault)
 
     def _kill_sender(self, sender: Component, tag: str) -> None:
@@ -247,11 +332,17 @@ class Soak:
     def kill_broker_sender(self) -> None:
         self._kill_sender(self.broker, "K")
 
+    def kill_receiver_sender(self) -> None:
+        self._kill_sender(self.receiving, "R")
+
     def cut_connections(self) -> None:
-        """Cut the query's relay connections and the Broker sender's peering mid-frame."""
-        fault = Fault("cut-connections", "readers and a peering", time.time())
-        fault.detail["cut"] = sum(p.cut() for p in (*self.proxies.values(), self.peering_proxy))
-        self.windows.append(("in flight on a cut peering", "K", fault.at - 5, fault.at + 5))
+        """Cut the query's relay connections and the Broker senders' peerings mid-frame."""
+        fault = Fault("cut-connections", "readers and peerings", time.time())
+        fault.detail["cut"] = sum(
+            p.cut() for p in (*self.proxies.values(), self.peering_proxy, self.receiver_proxy)
+        )
+        for tag in ("K", "R"):
+            self.windows.append(("in flight on a cut peering", tag, fault.at - 5, fault.at + 5))
         fault.restarted = fault.at
         self.faults.append(fault)
 
@@ -269,14 +360,20 @@ class Soak:
             "longest_pause_s": self._longest_pause(fault.at, time.time()),
         }
         self.faults.append(fault)
+        receiver = self._receiver_info_pid()
         self.hostile_checks.append(
-            {"alive": all(c.alive for c in (self.relay_a, self.relay_b, self.query))}
+            {
+                "alive": all(c.alive for c in (self.relay_a, self.relay_b, self.query))
+                and receiver == self.receiver_pid
+                and alive(receiver)
+            }
         )
 
     def fill_past_retention(self) -> None:
         """Driver down, relay B filled past its retention: records it held are dropped
         before anyone read them, and the restarted query skips them with a warning."""
         fault = Fault("fill-past-retention", "B", time.time())
+        receiver = self._receiver_info_pid()
         self.query.kill()
         self.filler.start()
         time.sleep(8.0)  # 4,000 records a second: several of B's 1 MiB files
@@ -284,27 +381,95 @@ class Soak:
         fill_end = time.time()
         self.query.start(240)
         fault.restarted = time.time()
+        fault.detail = self._reattached(receiver)
         fault.detail["spool_B_mb"] = round(_size(self.work / "spool-B") / 2**20, 2)
         self.faults.append(fault)
         self.windows.append(("dropped unread by retention", "*", fault.at - 5, fill_end + 2))
 
+    # -- the receiver ---------------------------------------------------------------------
+
+    def _receiver_info_pid(self) -> int | None:
+        """The pid ``receiver.json`` names, if that process runs."""
+        from broker_spark.spark.receiver_attach import read_info
+
+        info = read_info(str(self.receiver_spool))
+        pid = info.get("pid") if info is not None else None
+        return pid if isinstance(pid, int) and alive(pid) else None
+
+    def _await_receiver(self, other_than: int | None, timeout: float) -> int | None:
+        """Until a receiver other than ``other_than`` runs and answers; its pid (None: none
+        within ``timeout``)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid = self._receiver_info_pid()
+            if pid is not None and pid != other_than and self._receiver_status() is not None:
+                return pid
+            self._wait_until(time.time() + 0.2)
+        return None
+
+    def _receiver_status(self) -> dict[str, Any] | None:
+        """What the receiver says of itself (``broker-spark status --spool``), or None."""
+        from broker_spark.spark.receiver_attach import read_info
+        from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
+
+        info = read_info(str(self.receiver_spool))
+        if info is None or not isinstance(info.get("socket"), str):
+            return None
+        try:
+            with SpoolClient.unix(info["socket"], "the soak's receiver") as client:
+                client.hello("status", "soak")
+                return dict(client.request("status")["status"])
+        except (SpoolClientError, RelayError, OSError):
+            return None
+
+    def _reattached(self, before: int | None, timeout: float = 60.0) -> dict[str, Any]:
+        """After a restart of the driver: whether its receiver query attached to the receiver
+        that ran before (the same pid, with a reader of the new driver's processes attached)."""
+        deadline = time.time() + timeout
+        began = time.time()
+        out: dict[str, Any] = {"receiver_pid_before": before, "receiver_pid_after": None}
+        while time.time() < deadline:
+            pid = self._receiver_info_pid()
+            status = self._receiver_status()
+            out["receiver_pid_after"] = pid
+            ours = set(self.query.pids())
+            readers = [
+                r for r in (status or {}).get("readers", [])
+                if r.get("role") == "attach"
+                and str(r.get("name", "")).rpartition(":")[2].isdigit()
+                and int(str(r["name"]).rpartition(":")[2]) in ours
+            ]  # fmt: skip
+            if pid is not None and readers:
+                out["reattached_s"] = round(time.time() - began, 2)
+                break
+            self._wait_until(time.time() + 0.5)
+        out["reattached"] = (
+            before is not None and out["receiver_pid_after"] == before and "reattached_s" in out
+        )
+        return out
+
     # -- watching -----------------------------------------------------------------------
 
-    def _longest_pause(self, lo: float, hi: float) -> float:
-        """The longest time without a batch that added rows, between ``lo`` and ``hi``."""
+    def _longest_pause(self, lo: float, hi: float) -> dict[str, float]:
+        """The longest time without a batch that added rows between ``lo`` and ``hi``, by
+        query."""
         import sqlite3
 
+        out = {}
         db = sqlite3.connect(self.sink, timeout=60)
         try:
-            times = [lo] + [
-                t for (t,) in db.execute(
-                    "SELECT at FROM batches WHERE added > 0 AND at BETWEEN ? AND ? ORDER BY at",
-                    (lo, hi),
-                )
-            ] + [hi]  # fmt: skip
+            for source in ("relays", RECEIVER_SOURCE):
+                times = [lo] + [
+                    t for (t,) in db.execute(
+                        "SELECT at FROM batches WHERE added > 0 AND source = ?"
+                        " AND at BETWEEN ? AND ? ORDER BY at",
+                        (source, lo, hi),
+                    )
+                ] + [hi]  # fmt: skip
+                out[source] = round(max(b - a for a, b in zip(times, times[1:], strict=False)), 2)
         finally:
             db.close()
-        return round(max(b - a for a, b in zip(times, times[1:], strict=False)), 2)
+        return out
 
     def _wait_until(self, at: float) -> None:
         """Sleep until ``at``, sampling relay A each second."""
@@ -313,13 +478,16 @@ class Soak:
             self._sample_relay_a()
 
     def _await_recovery(self, fault: Fault, timeout: float) -> None:
-        """Until the sink took new records after ``fault`` (from relay B after a kill of B),
-        so that faults do not overlap; the exact recovery time is measured at the end."""
+        """Until the sink took new records after ``fault`` (from relay B after a kill of B,
+        from the receiver after a kill of it), so that faults do not overlap; the exact
+        recovery time is measured at the end."""
         import sqlite3
 
         since = fault.restarted or fault.at
         if fault.kind == "kill-relay":
             sql, args = "SELECT MAX(written) FROM rows WHERE relay = ?", (self.relay_ids["B"],)
+        elif fault.kind == "kill-receiver":
+            sql, args = "SELECT MAX(written) FROM rows WHERE relay = ?", (RECEIVER_SOURCE,)
         else:
             sql, args = "SELECT MAX(at) FROM batches WHERE added > 0", ()
         deadline = time.time() + timeout
@@ -361,6 +529,10 @@ class Soak:
             usage = c.usage()
             if usage is not None:
                 self.samples.setdefault(c.name, []).append((time.time(), usage))
+        pid = self._receiver_info_pid()
+        usage = usage_of(pid) if pid is not None else None
+        if usage is not None:
+            self.samples.setdefault("receiver", []).append((time.time(), usage))
 
     def _sample_relay_a(self) -> None:
         usage = self.relay_a.usage()
@@ -368,14 +540,24 @@ class Soak:
             self.samples.setdefault("relay-A (each second)", []).append((time.time(), usage))
 
     def _check_alive(self) -> None:
-        for c in (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker):
+        for c in (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker,
+                  self.receiving):  # fmt: skip
             if not c.alive:
                 raise RuntimeError(f"{c.name} died on its own: see {c.log}")
+        pid = self._receiver_info_pid()
+        if pid != self.receiver_pid:  # gone on its own (or replaced): noted, and checked
+            self.receiver_unexpected.append(
+                {"at": round(time.time(), 1), "known": self.receiver_pid, "found": pid}
+            )
+            found = self._await_receiver(self.receiver_pid, RECEIVER_RESTART_TIMEOUT)
+            if found is None:
+                raise RuntimeError(f"the receiver is gone: see {self.receiver_spool}")
+            self.receiver_pid = found
 
     # -- the end ------------------------------------------------------------------------
 
     def _finish(self, began: float, startup: dict[str, float]) -> dict[str, Any]:
-        for c in (self.zeromq, self.broker):
+        for c in (self.zeromq, self.broker, self.receiving):
             c.stop()
         self.side.stop(90)
         sent_end = time.time()
@@ -384,12 +566,16 @@ class Soak:
         # Relay A (never killed), sampled each second: its middle against its end.
         a_samples = self.samples.get("relay-A (each second)", [])
         listeners = self._listeners()
+        receiver_starts = _receiver_starts(self.receiver_spool)
         self.query.stop(90)
+        # The receiver outlives its query: stopped here as one would by hand.
+        receiver_stop = self._stop_receiver()
         for c in (self.relay_a, self.relay_b):
             c.stop(60)
-        for proxy in (*self.proxies.values(), self.peering_proxy):
+        for proxy in self._all_proxies():
             proxy.close()
         self.hostile.release()
+        left_running = stray(str(self.work))
         ledgers = {t: p for t, p in self.ledgers.items()}
         acc, unexplained = account(ledgers, self.sink, self.faults, self.windows, self.relay_ids)
         skipped = _data_loss_warnings(self.query.log)
@@ -420,6 +606,7 @@ class Soak:
                 for name in set(os.listdir(tempfile.gettempdir())) - self.tmp_before
                 if name != self.work.name and not name.startswith("hsperfdata_")
             ),
+            "left_running": left_running,
             "retention_warnings": skipped,
             "caught_up": caught_up,
             "startup_s": {k: round(v, 1) for k, v in startup.items()},
@@ -447,9 +634,16 @@ class Soak:
             "hostile": self.hostile_checks,
             "side": side,
             "spool_B_mb": round(_size(self.work / "spool-B") / 2**20, 2),
+            "receiver": {
+                "starts": receiver_starts,
+                "gone_on_its_own": self.receiver_unexpected,
+                "stop": receiver_stop,
+                "spool_mb": round(_size(self.receiver_spool) / 2**20, 2),
+            },
             "unexplained_missing": unexplained,
             "components": [c.describe() for c in
-                           (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker)],
+                           (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker,
+                            self.receiving)],
         }  # fmt: skip
         result["checks"] = _checks(result, a_samples)
         return result
@@ -473,12 +667,45 @@ class Soak:
             time.sleep(2.0)
         return False
 
+    def _all_proxies(self) -> list[CuttingProxy]:
+        return [*self.proxies.values(), self.peering_proxy, self.receiver_proxy]
+
+    def _stop_receiver(self) -> dict[str, Any]:
+        """``broker-spark receiver stop`` on the spool: the pid it stopped, and whether it is
+        gone with its files (``receiver.json``, the socket)."""
+        from broker_spark.spark.receiver import INFO_FILE, SOCKET_FILE
+        from broker_spark.spark.receiver_attach import ReceiverError, stop_receiver
+
+        known = self.receiver_pid
+        try:
+            pid = stop_receiver(str(self.receiver_spool), 30)
+            error = None
+        except ReceiverError as exc:
+            pid, error = None, str(exc)
+        left = [n for n in (INFO_FILE, SOCKET_FILE) if (self.receiver_spool / n).exists()]
+        return {
+            "pid": pid,
+            "clean": error is None and pid is not None and pid == known and not alive(pid)
+            and not left,
+            "files_left": left,
+            "error": error,
+        }  # fmt: skip
+
     def close(self) -> None:
-        for c in (self.zeromq, self.broker, self.filler, self.side, self.query, self.relay_a,
-                  self.relay_b):  # fmt: skip
+        for c in (self.zeromq, self.broker, self.receiving, self.filler, self.side, self.query,
+                  self.relay_a, self.relay_b):  # fmt: skip
             if c.alive:
                 c.kill()
-        for proxy in (*self.proxies.values(), self.peering_proxy):
+        pid = self._receiver_info_pid()
+        if pid is not None:
+            try:
+                from broker_spark.spark.receiver_attach import stop_receiver
+
+                stop_receiver(str(self.receiver_spool), 30)
+            except Exception:  # noqa: BLE001 - a failed run: kill it rather
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for proxy in self._all_proxies():
             proxy.close()
         self.hostile.release()
 
@@ -492,6 +719,16 @@ def _count(items: Any) -> dict[str, int]:
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _receiver_starts(spool: Path) -> int:
+    """How many receivers ran on ``spool`` (each logs one line when it is ready)."""
+    import re
+
+    text = "".join(
+        f.read_text(errors="replace") for f in sorted(spool.glob("receiver.log*")) if f.is_file()
+    )
+    return len(re.findall(r"INFO broker_spark\.receiver: receiving .* into ", text))
 
 
 def _data_loss_warnings(log: Path) -> dict[str, int]:
@@ -521,12 +758,29 @@ def _checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str
             if r["hostile"]
             else True
         ),
-        f"the query went on during hostile bursts (no pause over {HOSTILE_PAUSE:g} s)": all(
-            f["longest_pause_s"] <= HOSTILE_PAUSE
+        f"the queries went on during hostile bursts (no pause over {HOSTILE_PAUSE:g} s)": all(
+            pause <= HOSTILE_PAUSE
             for f in r["faults"]
             if f["kind"] == "hostile-clients"
+            for pause in f["longest_pause_s"].values()
         ),
         "no temporary file or folder left behind": not r["tmp_left"],
+        "no process of the run left running": not r["left_running"],
+        "each killed receiver was started again by its query, from its spool": all(
+            f["pid_after"] is not None and f["pid_after"] != f["pid_before"]
+            for f in r["faults"]
+            if f["kind"] == "kill-receiver"
+        ),
+        "the receiver ran once, and once more after each of its kills only": (
+            r["receiver"]["starts"] == 1 + r["faults_by_kind"].get("kill-receiver", 0)
+            and not r["receiver"]["gone_on_its_own"]
+        ),
+        "each restarted driver attached to the receiver that ran on": all(
+            f["reattached"]
+            for f in r["faults"]
+            if f["kind"] in ("kill-driver", "fill-past-retention")
+        ),
+        "the receiver stopped cleanly at the end": r["receiver"]["stop"]["clean"],
         "the checkpoint stays bounded": r["checkpoint_files"] <= CHECKPOINT_FILES,
         "relay B's spool within retention plus one file": (
             r["spool_B_mb"] <= (B_RETENTION + 2 * B_SEGMENT) / 2**20
