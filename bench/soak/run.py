@@ -78,24 +78,16 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from checks import B_RETENTION, B_SEGMENT, checks, data_loss_warnings  # noqa: E402
 from faults import CuttingProxy, HostileClients  # noqa: E402
 from ledger import Fault, account  # noqa: E402
 from ports import free_port  # noqa: E402
 from procs import Component, Usage, alive, stray, usage_of  # noqa: E402
 from query import RECEIVER_SOURCE  # noqa: E402
+from receiver_watch import ReceiverWatch  # noqa: E402
 
 PY = sys.executable
 NODE = [PY, "-m", "broker_spark", "node", "--no-tls"]
-#: Relay B: small files and retention, so retention drops files all along.
-B_SEGMENT, B_RETENTION = 1 << 20, 4 << 20
-#: Growth allowed for relay A between the middle and the end of the run.
-RSS_GROWTH_MB, FD_GROWTH, THREAD_GROWTH = 48.0, 16, 8
-#: Longest pause of the query's writes allowed while hostile clients hit every port (s):
-#: three triggers of 2 s, and a batch's own time.
-HOSTILE_PAUSE = 10.0
-#: Files a checkpoint may hold: Spark keeps 100 batches (minBatchesToRetain) of offsets and
-#: commits, with their checksums, plus metadata and sources.
-CHECKPOINT_FILES = 500
 #: Seconds the query may take to notice a killed receiver and start another (its next
 #: trigger, the start, the spool's recovery).
 RECEIVER_RESTART_TIMEOUT = 120.0
@@ -141,6 +133,7 @@ class Soak:
         # The receiver of the second query's spoolPath listens on L; its sender peers through
         # a cutting proxy as well.
         self.receiver_spool = work / "spool-R"
+        self.receiver = ReceiverWatch(self.receiver_spool, self._wait_until)
         self.receiver_proxy = CuttingProxy(("127.0.0.1", p["L"]), self.rng)
         self.receiver_pid: int | None = None  # the receiver the soak knows of
         self.receiver_unexpected: list[dict[str, Any]] = []  # a receiver gone on its own
@@ -219,7 +212,7 @@ class Soak:
         startup[self.query.name] = self.query.start(240)
         # The receiver query's reader starts the receiver of its spoolPath.
         began_receiver = time.time()
-        self.receiver_pid = self._await_receiver(None, RECEIVER_RESTART_TIMEOUT)
+        self.receiver_pid = self.receiver.await_new(None, RECEIVER_RESTART_TIMEOUT)
         if self.receiver_pid is None:
             raise RuntimeError(f"the query started no receiver: see {self.query.log}")
         startup["receiver"] = time.time() - began_receiver
@@ -277,13 +270,13 @@ class Soak:
         the query finds it gone at its next trigger and starts another from the spool."""
         fault = Fault("kill-receiver", RECEIVER_SOURCE, time.time())
         log_at = self.query.log.stat().st_size
-        pid = self._receiver_info_pid()
+        pid = self.receiver.pid()
         if pid is None or pid != self.receiver_pid:
             raise RuntimeError(f"the receiver is not the one started ({pid}, {self.receiver_pid})")
         os.kill(pid, signal.SIGKILL)
         while alive(pid):
             time.sleep(0.05)
-        after = self._await_receiver(pid, RECEIVER_RESTART_TIMEOUT)
+        after = self.receiver.await_new(pid, RECEIVER_RESTART_TIMEOUT)
         with self.query.log.open("rb") as f:  # the reader's warning when it starts another
             f.seek(log_at)
             said = f.read().decode(errors="replace")
@@ -308,12 +301,12 @@ class Soak:
 
     def kill_driver(self) -> None:
         fault = Fault("kill-driver", "driver", time.time())
-        receiver = self._receiver_info_pid()
+        receiver = self.receiver.pid()
         self.query.kill()
         time.sleep(self.rng.uniform(0.5, 5.0))
         self.query.start(240)
         fault.restarted = time.time()
-        fault.detail = self._reattached(receiver)
+        fault.detail = self.receiver.reattached(receiver, self.query.pids)
         self.faults.append(fault)
 
     def _kill_sender(self, sender: Component, tag: str) -> None:
@@ -360,7 +353,7 @@ class Soak:
             "longest_pause_s": self._longest_pause(fault.at, time.time()),
         }
         self.faults.append(fault)
-        receiver = self._receiver_info_pid()
+        receiver = self.receiver.pid()
         self.hostile_checks.append(
             {
                 "alive": all(c.alive for c in (self.relay_a, self.relay_b, self.query))
@@ -373,7 +366,7 @@ class Soak:
         """Driver down, relay B filled past its retention: records it held are dropped
         before anyone read them, and the restarted query skips them with a warning."""
         fault = Fault("fill-past-retention", "B", time.time())
-        receiver = self._receiver_info_pid()
+        receiver = self.receiver.pid()
         self.query.kill()
         self.filler.start()
         time.sleep(8.0)  # 4,000 records a second: several of B's 1 MiB files
@@ -381,72 +374,10 @@ class Soak:
         fill_end = time.time()
         self.query.start(240)
         fault.restarted = time.time()
-        fault.detail = self._reattached(receiver)
+        fault.detail = self.receiver.reattached(receiver, self.query.pids)
         fault.detail["spool_B_mb"] = round(_size(self.work / "spool-B") / 2**20, 2)
         self.faults.append(fault)
         self.windows.append(("dropped unread by retention", "*", fault.at - 5, fill_end + 2))
-
-    # -- the receiver ---------------------------------------------------------------------
-
-    def _receiver_info_pid(self) -> int | None:
-        """The pid ``receiver.json`` names, if that process runs."""
-        from broker_spark.spark.receiver_attach import read_info
-
-        info = read_info(str(self.receiver_spool))
-        pid = info.get("pid") if info is not None else None
-        return pid if isinstance(pid, int) and alive(pid) else None
-
-    def _await_receiver(self, other_than: int | None, timeout: float) -> int | None:
-        """Until a receiver other than ``other_than`` runs and answers; its pid (None: none
-        within ``timeout``)."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            pid = self._receiver_info_pid()
-            if pid is not None and pid != other_than and self._receiver_status() is not None:
-                return pid
-            self._wait_until(time.time() + 0.2)
-        return None
-
-    def _receiver_status(self) -> dict[str, Any] | None:
-        """What the receiver says of itself (``broker-spark status --spool``), or None."""
-        from broker_spark.spark.receiver_attach import read_info
-        from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
-
-        info = read_info(str(self.receiver_spool))
-        if info is None or not isinstance(info.get("socket"), str):
-            return None
-        try:
-            with SpoolClient.unix(info["socket"], "the soak's receiver") as client:
-                client.hello("status", "soak")
-                return dict(client.request("status")["status"])
-        except (SpoolClientError, RelayError, OSError):
-            return None
-
-    def _reattached(self, before: int | None, timeout: float = 60.0) -> dict[str, Any]:
-        """After a restart of the driver: whether its receiver query attached to the receiver
-        that ran before (the same pid, with a reader of the new driver's processes attached)."""
-        deadline = time.time() + timeout
-        began = time.time()
-        out: dict[str, Any] = {"receiver_pid_before": before, "receiver_pid_after": None}
-        while time.time() < deadline:
-            pid = self._receiver_info_pid()
-            status = self._receiver_status()
-            out["receiver_pid_after"] = pid
-            ours = set(self.query.pids())
-            readers = [
-                r for r in (status or {}).get("readers", [])
-                if r.get("role") == "attach"
-                and str(r.get("name", "")).rpartition(":")[2].isdigit()
-                and int(str(r["name"]).rpartition(":")[2]) in ours
-            ]  # fmt: skip
-            if pid is not None and readers:
-                out["reattached_s"] = round(time.time() - began, 2)
-                break
-            self._wait_until(time.time() + 0.5)
-        out["reattached"] = (
-            before is not None and out["receiver_pid_after"] == before and "reattached_s" in out
-        )
-        return out
 
     # -- watching -----------------------------------------------------------------------
 
@@ -529,7 +460,7 @@ class Soak:
             usage = c.usage()
             if usage is not None:
                 self.samples.setdefault(c.name, []).append((time.time(), usage))
-        pid = self._receiver_info_pid()
+        pid = self.receiver.pid()
         usage = usage_of(pid) if pid is not None else None
         if usage is not None:
             self.samples.setdefault("receiver", []).append((time.time(), usage))
@@ -544,12 +475,12 @@ class Soak:
                   self.receiving):  # fmt: skip
             if not c.alive:
                 raise RuntimeError(f"{c.name} died on its own: see {c.log}")
-        pid = self._receiver_info_pid()
+        pid = self.receiver.pid()
         if pid != self.receiver_pid:  # gone on its own (or replaced): noted, and checked
             self.receiver_unexpected.append(
                 {"at": round(time.time(), 1), "known": self.receiver_pid, "found": pid}
             )
-            found = self._await_receiver(self.receiver_pid, RECEIVER_RESTART_TIMEOUT)
+            found = self.receiver.await_new(self.receiver_pid, RECEIVER_RESTART_TIMEOUT)
             if found is None:
                 raise RuntimeError(f"the receiver is gone: see {self.receiver_spool}")
             self.receiver_pid = found
@@ -566,10 +497,10 @@ class Soak:
         # Relay A (never killed), sampled each second: its middle against its end.
         a_samples = self.samples.get("relay-A (each second)", [])
         listeners = self._listeners()
-        receiver_starts = _receiver_starts(self.receiver_spool)
+        receiver_starts = self.receiver.starts()
         self.query.stop(90)
         # The receiver outlives its query: stopped here as one would by hand.
-        receiver_stop = self._stop_receiver()
+        receiver_stop = self.receiver.stop(self.receiver_pid)
         for c in (self.relay_a, self.relay_b):
             c.stop(60)
         for proxy in self._all_proxies():
@@ -578,7 +509,7 @@ class Soak:
         left_running = stray(str(self.work))
         ledgers = {t: p for t, p in self.ledgers.items()}
         acc, unexplained = account(ledgers, self.sink, self.faults, self.windows, self.relay_ids)
-        skipped = _data_loss_warnings(self.query.log)
+        skipped = data_loss_warnings(self.query.log)
         side = json.loads(self.side_report.read_text()) if self.side_report.exists() else {}
         recoveries = [
             f.recovered_s
@@ -645,7 +576,7 @@ class Soak:
                            (self.relay_a, self.relay_b, self.query, self.zeromq, self.broker,
                             self.receiving)],
         }  # fmt: skip
-        result["checks"] = _checks(result, a_samples)
+        result["checks"] = checks(result, a_samples)
         return result
 
     def _wait_caught_up(self, timeout: float) -> bool:
@@ -670,33 +601,12 @@ class Soak:
     def _all_proxies(self) -> list[CuttingProxy]:
         return [*self.proxies.values(), self.peering_proxy, self.receiver_proxy]
 
-    def _stop_receiver(self) -> dict[str, Any]:
-        """``broker-spark receiver stop`` on the spool: the pid it stopped, and whether it is
-        gone with its files (``receiver.json``, the socket)."""
-        from broker_spark.spark.receiver import INFO_FILE, SOCKET_FILE
-        from broker_spark.spark.receiver_attach import ReceiverError, stop_receiver
-
-        known = self.receiver_pid
-        try:
-            pid = stop_receiver(str(self.receiver_spool), 30)
-            error = None
-        except ReceiverError as exc:
-            pid, error = None, str(exc)
-        left = [n for n in (INFO_FILE, SOCKET_FILE) if (self.receiver_spool / n).exists()]
-        return {
-            "pid": pid,
-            "clean": error is None and pid is not None and pid == known and not alive(pid)
-            and not left,
-            "files_left": left,
-            "error": error,
-        }  # fmt: skip
-
     def close(self) -> None:
         for c in (self.zeromq, self.broker, self.receiving, self.filler, self.side, self.query,
                   self.relay_a, self.relay_b):  # fmt: skip
             if c.alive:
                 c.kill()
-        pid = self._receiver_info_pid()
+        pid = self.receiver.pid()
         if pid is not None:
             try:
                 from broker_spark.spark.receiver_attach import stop_receiver
@@ -719,90 +629,6 @@ def _count(items: Any) -> dict[str, int]:
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _receiver_starts(spool: Path) -> int:
-    """How many receivers ran on ``spool`` (each logs one line when it is ready)."""
-    import re
-
-    text = "".join(
-        f.read_text(errors="replace") for f in sorted(spool.glob("receiver.log*")) if f.is_file()
-    )
-    return len(re.findall(r"INFO broker_spark\.receiver: receiving .* into ", text))
-
-
-def _data_loss_warnings(log: Path) -> dict[str, int]:
-    """What the reader said it skipped (``failOnDataLoss=false``): warnings, and the
-    distinct offsets (spool messages, each a batch of records) they name."""
-    import re
-
-    text = log.read_text(errors="replace") if log.exists() else ""
-    ranges = set(re.findall(r"offsets (\d+) to (\d+) are no longer in the spool of (\S+)", text))
-    offsets = sum(int(hi) - int(lo) + 1 for lo, hi, _where in ranges)
-    return {"warnings": text.count("are no longer in the spool"), "offsets_skipped": offsets}
-
-
-def _checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str, bool]:
-    causes = r["missing_by_cause"]
-    checks = {
-        "no record lost (outside the causes the design has)": causes.get("lost", 0) == 0,
-        "no record doubled": r["doubled"] == 0,
-        "the query caught up at the end": r["caught_up"],
-        "retention drops were reported by the reader": (
-            causes.get("dropped unread by retention", 0) == 0
-            or r["retention_warnings"]["offsets_skipped"] > 0
-        ),
-        "every fault recovered": all(f["recovered_s"] is not None for f in r["faults"]),
-        "every process survived the hostile clients, which were refused": (
-            all(h["alive"] for h in r["hostile"]) and sum(r["listeners_refused"].values()) > 0
-            if r["hostile"]
-            else True
-        ),
-        f"the queries went on during hostile bursts (no pause over {HOSTILE_PAUSE:g} s)": all(
-            pause <= HOSTILE_PAUSE
-            for f in r["faults"]
-            if f["kind"] == "hostile-clients"
-            for pause in f["longest_pause_s"].values()
-        ),
-        "no temporary file or folder left behind": not r["tmp_left"],
-        "no process of the run left running": not r["left_running"],
-        "each killed receiver was started again by its query, from its spool": all(
-            f["pid_after"] is not None and f["pid_after"] != f["pid_before"]
-            for f in r["faults"]
-            if f["kind"] == "kill-receiver"
-        ),
-        "the receiver ran once, and once more after each of its kills only": (
-            r["receiver"]["starts"] == 1 + r["faults_by_kind"].get("kill-receiver", 0)
-            and not r["receiver"]["gone_on_its_own"]
-        ),
-        "each restarted driver attached to the receiver that ran on": all(
-            f["reattached"]
-            for f in r["faults"]
-            if f["kind"] in ("kill-driver", "fill-past-retention")
-        ),
-        "the receiver stopped cleanly at the end": r["receiver"]["stop"]["clean"],
-        "the checkpoint stays bounded": r["checkpoint_files"] <= CHECKPOINT_FILES,
-        "relay B's spool within retention plus one file": (
-            r["spool_B_mb"] <= (B_RETENTION + 2 * B_SEGMENT) / 2**20
-        ),
-        "the store read back as written": r["side"].get("keys_wrong", 1) == 0,
-        "the WebSocket client's messages all arrived": (
-            r["side"].get("ws_sent", 0) > 0
-            and r["side"].get("ws_received") == r["side"].get("ws_sent")
-        ),
-    }
-    if len(a_samples) >= 3:
-        mid, end = a_samples[len(a_samples) // 2][1], a_samples[-1][1]
-        checks[f"relay A's memory grew less than {RSS_GROWTH_MB:g} MB (middle to end)"] = (
-            end.rss_mb - mid.rss_mb <= RSS_GROWTH_MB
-        )
-        checks[f"relay A's descriptors grew by at most {FD_GROWTH}"] = (
-            end.fds - mid.fds <= FD_GROWTH
-        )
-        checks[f"relay A's threads grew by at most {THREAD_GROWTH}"] = (
-            end.threads - mid.threads <= THREAD_GROWTH
-        )
-    return checks
 
 
 def main() -> int:

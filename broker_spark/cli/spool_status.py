@@ -76,23 +76,18 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(str(exc)) from None
         status["owner"] = f"relay {host}:{port}"
         return status
-    from broker_spark.spark.receiver_attach import read_info
+    from broker_spark.spark.receiver_attach import receiver_status
 
     path = os.path.abspath(args.spool)
     if not os.path.isdir(path):
         raise CliError(f"{args.spool} is not a folder")
-    info = read_info(path)
-    if info is not None and isinstance(info.get("socket"), str):
-        try:
-            with SpoolClient.unix(info["socket"], f"the receiver of {path}") as client:
-                client.hello("status", "broker-spark status")
-                status = client.request("status")["status"]
-            status["owner"] = f"receiver pid {info.get('pid')}, node {info.get('node')}"
-            status["since"] = info.get("started")
-            return status
-        except (SpoolClientError, RelayError):
-            pass  # receiver.json of one that died: read the spool itself
-    return _offline(path)
+    running = receiver_status(path, "broker-spark status")
+    if running is None:  # no receiver, or receiver.json of one that died: the spool itself
+        return _offline(path)
+    info, status = running
+    status["owner"] = f"receiver pid {info.get('pid')}, node {info.get('node')}"
+    status["since"] = info.get("started")
+    return status
 
 
 def _offline(path: str) -> dict[str, Any]:

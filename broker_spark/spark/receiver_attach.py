@@ -40,7 +40,14 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["START_LOCK", "ReceiverError", "ReceiverLink", "read_info", "stop_receiver"]
+__all__ = [
+    "START_LOCK",
+    "ReceiverError",
+    "ReceiverLink",
+    "read_info",
+    "receiver_status",
+    "stop_receiver",
+]
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +283,22 @@ def _flocked(path: str, timeout: float) -> Any:
         yield
     finally:
         os.close(fd)
+
+
+def receiver_status(spool_path: str, client: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """What ``receiver.json`` says of the receiver of ``spool_path`` and what the receiver
+    says of itself (its ``status``), asking as ``client``; None when none answers (none ran,
+    or ``receiver.json`` is left from one that died)."""
+    path = os.path.abspath(spool_path)
+    info = read_info(path)
+    if info is None or not isinstance(info.get("socket"), str):
+        return None
+    try:
+        with SpoolClient.unix(info["socket"], f"the receiver of {path}") as link:
+            link.hello("status", client)
+            return info, dict(link.request("status")["status"])
+    except (SpoolClientError, RelayError):
+        return None
 
 
 def stop_receiver(spool_path: str, timeout: float = 10.0) -> int | None:
