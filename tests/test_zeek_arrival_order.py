@@ -33,7 +33,8 @@ from broker_spark.cli.log_dir import LogDirectory
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema
-from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.schema_history import LogSchemaHistory, records_in
+from broker_spark.spool.service import SpoolService, learn_sizes
 from broker_spark.spool.spool import Spool
 from broker_spark.zeek.log_batch import read_header
 from broker_spark.zeek.log_lines import LogLines
@@ -197,6 +198,30 @@ def test_a_relay_and_spark_take_any_arrival(arrival, partition_cuts, tmp_path_fa
             batch = converter.convert_packed(spool.read_packed(lo, hi), hi - lo)
             rows += [(r["_path"], r["log"], r["offset"], r["record"]) for r in batch.to_pylist()]
     assert rows == _positioned(order, paths)
+
+
+def test_an_owner_opening_a_filled_spool_plans_by_records(tmp_path) -> None:
+    """A relay or receiver started over a spool filled before (a restart over a backlog)
+    learns how many records a message holds from the spool's last messages, as observing
+    them arrive taught its predecessor: readers plan partitions by records from the first
+    batch, not one partition for thousands of Zeek Batches."""
+    items = [(*m, 1_700_000_000_000_000_000) for s in SENDERS for m in STREAMS[s]]
+    history = LogSchemaHistory(str(tmp_path))
+    with Spool(str(tmp_path)) as spool:
+        history.observe(spool.append_batch(items) - len(items) + 1, items)
+    seen = history.records_per_message()
+    assert seen > 2  # Batches of several records, LogCreates and ZeroMQ batches among them
+    with Spool(str(tmp_path)) as spool:
+        service = SpoolService(spool, ["zeek/logs/"], history=LogSchemaHistory(str(tmp_path)))
+        assert service.bounds()["records_per_message"] == pytest.approx(seen)
+        few = LogSchemaHistory()
+        learn_sizes(few, spool, sample=10)  # only the last ten: the ZeroMQ sender's
+        last = sum(records_in(m[1]) for m in items[-10:]) / 10
+        assert few.records_per_message() == pytest.approx(max(1.0, last))
+    with Spool(str(tmp_path / "empty")) as spool:
+        assert SpoolService(spool, ["zeek/"], history=LogSchemaHistory()).bounds()[
+            "records_per_message"
+        ] == pytest.approx(1.0)
 
 
 def _positioned(order: list[tuple[str, int]], paths: frozenset[str] | None) -> list[tuple]:

@@ -29,6 +29,7 @@ from broker_spark.spark.options import ReaderOptions, SpoolOptions
 from broker_spark.spool.private import make_private_spool, release_private_spool
 from broker_spark.spool.pump import SpoolPump, SpoolSource
 from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.service import learn_sizes
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL, Spool
 
 __all__ = [
@@ -121,6 +122,8 @@ class ReaderRuntime:
                 self._tmpdir = make_private_spool()
                 self.spool_path = self._tmpdir
             self.spool = self._new_spool()
+            if self.history is not None:
+                learn_sizes(self.history, self.spool)
         return self.spool
 
     def _new_spool(self) -> Spool:

@@ -45,12 +45,14 @@ from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = [
     "COLUMN_LAYOUTS",
+    "ColumnNode",
     "GENERIC_LOG_FIELDS",
     "LOG_METADATA",
     "LogColumns",
     "generic_log_schema",
     "log_schema_for",
     "metadata_names",
+    "nest_columns",
     "parse_zeek_json",
     "read_zeek_json",
     "spark_type",
@@ -119,39 +121,39 @@ def _json_type(zeek_type: ZeekType, timestamps: str) -> DataType:
 
 
 @dataclass(frozen=True)
-class _Node:
+class ColumnNode:
     """A top-level output column: a log column (``leaf``) or a struct of dotted members."""
 
     name: str
     leaf: str | None  # the Zeek column name, for a plain column
-    children: tuple[_Node, ...] = ()
+    children: tuple[ColumnNode, ...] = ()
 
 
-def _nest(names: Sequence[str], layout: str) -> list[_Node]:
+def nest_columns(names: Sequence[str], layout: str) -> list[ColumnNode]:
     """Zeek's column names as top-level nodes: flat, or nested by dotted prefixes."""
     if layout == "flat":
-        return [_Node(n, n) for n in names]
+        return [ColumnNode(n, n) for n in names]
     return _group(list(names), "")
 
 
-def _group(names: list[str], prefix: str) -> list[_Node]:
-    out: list[_Node] = []
+def _group(names: list[str], prefix: str) -> list[ColumnNode]:
+    out: list[ColumnNode] = []
     members: dict[str, list[str]] = {}
     plain = {n[len(prefix) :] for n in names if "." not in n[len(prefix) :]}
     for full in names:
         rest = full[len(prefix) :]
         head, dot, _ = rest.partition(".")
         if not dot or head in plain or not head:  # no prefix, or it collides with a column
-            out.append(_Node(rest, full))
+            out.append(ColumnNode(rest, full))
             continue
         if head not in members:
             members[head] = []
-            out.append(_Node(head, None))
+            out.append(ColumnNode(head, None))
         members[head].append(full)
     return [
         node
         if node.leaf is not None
-        else _Node(node.name, None, tuple(_group(members[node.name], f"{prefix}{node.name}.")))
+        else ColumnNode(node.name, None, tuple(_group(members[node.name], f"{prefix}{node.name}.")))
         for node in out
     ]
 
@@ -173,7 +175,7 @@ def metadata_names(
     return out
 
 
-def _struct(nodes: Sequence[_Node], types: dict[str, ZeekType]) -> list[StructField]:
+def _struct(nodes: Sequence[ColumnNode], types: dict[str, ZeekType]) -> list[StructField]:
     fields = []
     for node in nodes:
         if node.leaf is not None:
@@ -194,7 +196,7 @@ def zeek_log_schema(
     if columns not in COLUMN_LAYOUTS:
         raise ValueError(f"columns must be nested or flat, not {columns!r}")
     types = {f.name: f.zeek_type for f in schema.fields}
-    nodes = _nest(schema.names, columns)
+    nodes = nest_columns(schema.names, columns)
     fields = _struct(nodes, types)
     if metadata:
         names = metadata_names([n.name for n in nodes], (RELAY_METADATA,) if relay else ())
@@ -309,7 +311,7 @@ def parse_zeek_json(
             return F.transform(raw, lambda x: _time_column(x, timestamps))
         return raw
 
-    def build(nodes: Sequence[_Node]) -> list[Any]:
+    def build(nodes: Sequence[ColumnNode]) -> list[Any]:
         out = []
         for node in nodes:
             if node.leaf is not None:
@@ -321,7 +323,7 @@ def parse_zeek_json(
 
     if columns not in COLUMN_LAYOUTS:
         raise ValueError(f"columns must be nested or flat, not {columns!r}")
-    return F.struct(*build(_nest(schema.names, columns)))
+    return F.struct(*build(nest_columns(schema.names, columns)))
 
 
 def _time_column(raw: Any, timestamps: str) -> Any:
@@ -353,5 +355,5 @@ def read_zeek_json(
     lines = spark.read.text(list(paths) if not isinstance(paths, str) else paths)
     lines = lines.where(~F.col("value").startswith("#"))  # a TSV-style header, if any
     parsed = lines.select(parse_zeek_json(F.col("value"), schema, columns, timestamps).alias("r"))
-    names = metadata_names([n.name for n in _nest(schema.names, columns)])
+    names = metadata_names([n.name for n in nest_columns(schema.names, columns)])
     return parsed.select("r.*", F.lit(schema.path).alias(names["_path"]))

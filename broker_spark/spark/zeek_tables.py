@@ -22,14 +22,18 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
   corrupting the table;
 * **exactly once** across retried batches and restarts: on Delta, Delta's
   idempotent writes (``txnAppId``/``txnVersion``: a batch already committed to
-  a table is skipped); elsewhere (Spark's own tables, parquet), a marker per
-  table and batch, written once the batch's files are in the table: the files
-  are written to a staging folder under the checkpoint first (complete, or
-  written again), then moved into the table under names made from the batch
-  (a move that happened is not done twice), so a batch that was interrupted
-  anywhere, between two tables or inside one, is finished on its retry and
-  never doubled. That needs a file system whose renames are atomic (a local
-  or mounted disk, HDFS); on object stores use Delta.
+  a table is skipped); elsewhere (Spark's own tables), a marker per table and
+  batch (:mod:`~broker_spark.spark.zeek_table_markers`).
+
+How a batch is written depends on the tables' format. Parquet tables (Spark's
+default): one job in which each task parses its rows' JSON lines with Arrow and
+writes each log's Parquet files under the checkpoint
+(:mod:`~broker_spark.spark.zeek_tables_stage`, about half the CPU of Spark's
+own parse and writer), then the driver moves each table's files in. A group of
+rows Arrow's reader refuses (a count past 2^63), or whose columns clash with
+its table, is taken from the batch by Spark instead. Delta and the other
+formats: the batch is cached, and each table's rows are parsed by Spark
+(``from_json``) and written by Spark's writer.
 """
 
 from __future__ import annotations
@@ -37,16 +41,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
-from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.zeek_schema import (
     GENERIC_LOG_FIELDS,
     OPTIONAL_METADATA,
@@ -55,6 +56,20 @@ from broker_spark.spark.zeek_schema import (
     metadata_names,
     parse_zeek_json,
     zeek_log_schema,
+)
+from broker_spark.spark.zeek_table_markers import (
+    MarkedTable,
+    TableMemory,
+    ZeekTableError,
+    local_path,
+)
+from broker_spark.spark.zeek_tables_stage import (
+    DAY,
+    REPORT_SCHEMA,
+    StagedGroup,
+    arrow_knows_time_zone,
+    safe_name,
+    stage_partition,
 )
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
@@ -65,8 +80,6 @@ log = logging.getLogger(__name__)
 #: The position and provenance columns every table row keeps, beside the log's own.
 POSITION = ("offset", "record", "relay")
 KEPT_METADATA = ("topic", "sender", "received_at", *POSITION)
-#: The column a table is partitioned by: the day of the record's ``ts`` (session time zone).
-DAY = "day"
 #: Folder (under the checkpoint) of the markers and staged files of non-Delta tables.
 STATE = "_zeek_tables"
 
@@ -81,12 +94,6 @@ WRITE_SETTINGS = {
 }
 
 
-class ZeekTableError(BrokerError):
-    """A table cannot be written as asked (a name, a location, a format)."""
-
-    code = EC.InvalidData
-
-
 def table_input_schema() -> Any:
     """What the stream must hold: ``_path``, ``log`` and the metadata, with the columns in
     force for each record (``log_schema_id``, ``log_schema``) and ``relay``."""
@@ -95,11 +102,6 @@ def table_input_schema() -> Any:
     fields = list(generic_log_schema(relay=True).fields)
     fields += [StructField(name, StringType(), True) for name in OPTIONAL_METADATA[1:]]
     return StructType(fields)
-
-
-def _safe(path: str) -> str:
-    """A log path as a table name part (Zeek paths are words; a site's may not be)."""
-    return re.sub(r"[^0-9A-Za-z_]", "_", path) or "_"
 
 
 @dataclass
@@ -115,7 +117,8 @@ class ZeekTables:
     transaction log and must stay the same across restarts (the checkpoint's
     path does). ``zeek_version`` picks the built-in columns of Zeek's standard
     logs ("9.1", "9.0", "8.0") for a log the stream has not described.
-    ``parallel`` tables are written at once (1: one after the other).
+    ``parallel`` tables are written at once by Spark's writer (Delta, formats other than
+    Parquet; 1: one after the other).
     """
 
     checkpoint: str
@@ -130,7 +133,7 @@ class ZeekTables:
     #: Called after each table's write of a batch (tests inject faults there).
     after_table: Callable[[str, int], None] | None = None
     _schemas: dict[str, LogSchema] = field(default_factory=dict, repr=False)
-    _known: dict[str, _Known] = field(default_factory=dict, repr=False)
+    _known: dict[str, TableMemory] = field(default_factory=dict, repr=False)
     _clashes: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
@@ -146,13 +149,81 @@ class ZeekTables:
             self._write_batch(batch, batch_id)
 
     def _write_batch(self, batch: Any, batch_id: int) -> None:
+        spark = batch.sparkSession
+        zone = spark.conf.get("spark.sql.session.timeZone")
+        if self._format(spark) == "parquet" and arrow_knows_time_zone(zone):
+            self._write_staged(batch, batch_id, zone)
+        else:
+            self._write_cached(batch, batch_id)
+
+    def _write_staged(self, batch: Any, batch_id: int, zone: str) -> None:
+        """Parquet tables: the tasks parse and write the rows (the stage job), the driver
+        moves each table's files in (Spark writes only the groups Arrow did not take)."""
+        folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
+        groups = self._stage(batch, folder, zone)
+        by_table: dict[str, dict[str, list[str]]] = {}
+        for (path, sid), group in sorted(groups.items()):
+            if group.schema is not None and sid not in self._schemas:
+                self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
+            by_table.setdefault(self.table.format(path=safe_name(path)), {}).setdefault(
+                path, []
+            ).append(sid)
+        quarantined: list[Any] = []
+        for name in sorted(by_table):
+            quarantined += self._write_table(batch, name, by_table[name], batch_id, groups, folder)
+        self._quarantine(batch.sparkSession, quarantined, batch_id)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _stage(self, batch: Any, folder: str, zone: str) -> dict[tuple[str, str], StagedGroup]:
+        """Run the stage job, or read what it staged before (a batch run again after the
+        driver died): the groups of the batch, by log and schema id."""
+        report = os.path.join(folder, "_REPORT.json")
+        staged = os.path.dirname(folder)
+        if os.path.isdir(staged):  # only the newest batch can run again
+            for entry in os.listdir(staged):
+                if entry != os.path.basename(folder):
+                    shutil.rmtree(os.path.join(staged, entry), ignore_errors=True)
+        if os.path.exists(report):
+            with open(report, encoding="utf-8") as f:
+                return {(g["path"], g["schema_id"]): StagedGroup(**g) for g in json.load(f)}
+        shutil.rmtree(folder, ignore_errors=True)  # a job that did not finish
+        run = stage_partition(
+            folder,
+            KEPT_METADATA,
+            columns=self.columns,
+            zeek_version=self.zeek_version,
+            time_zone=zone,
+            known={sid: json.dumps(schema.to_json()) for sid, schema in self._schemas.items()},
+        )
+        columns = ("_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA)
+        groups: dict[tuple[str, str], StagedGroup] = {}
+        for row in batch.select(*columns).mapInArrow(run, REPORT_SCHEMA).collect():
+            key = (row["path"], row["schema_id"])
+            had = groups.get(key)
+            groups[key] = StagedGroup(
+                row["path"],
+                row["schema_id"],
+                (had.schema if had is not None else None) or row["schema"],
+                row["rows"] + (had.rows if had is not None else 0),
+                row["files"] + (had.files if had is not None else 0),
+                (had.error if had is not None else None) or row["error"],
+            )
+        os.makedirs(folder, exist_ok=True)
+        partial = report + ".partial"
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump([vars(g) for g in groups.values()], f)
+        os.replace(partial, report)
+        return groups
+
+    def _write_cached(self, batch: Any, batch_id: int) -> None:
+        """Delta and the other formats: Spark parses and writes each table's rows."""
         # Kept for the batch's writes, each log's rows together: every table's write then
         # skips the cached blocks of the other logs (their _path range) instead of reading them.
         df = batch.sortWithinPartitions("_path", "log_schema_id").persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
             for path, ids in self._learn(df).items():  # two paths may make one name: a_b, a-b
-                by_table.setdefault(self.table.format(path=_safe(path)), {})[path] = sorted(ids)
+                by_table.setdefault(self.table.format(path=safe_name(path)), {})[path] = sorted(ids)
             names = sorted(by_table)
             workers = min(self.parallel, len(names))
 
@@ -164,19 +235,22 @@ class ZeekTables:
                     found = list(pool.map(write, names))
             else:
                 found = [write(name) for name in names]
-            quarantined = [rows for part in found for rows in part]
-            if quarantined:
-                if self.quarantine is None:
-                    raise ZeekTableError(
-                        "rows whose columns clash with their table, and no quarantine: "
-                        + "; ".join(sorted(self._clashes))
-                    )
-                out = quarantined[0]
-                for more in quarantined[1:]:
-                    out = out.unionByName(more)
-                self._commit(df.sparkSession, self.quarantine, out, batch_id)
+            self._quarantine(df.sparkSession, [r for part in found for r in part], batch_id)
         finally:
             df.unpersist()
+
+    def _quarantine(self, spark: Any, quarantined: list[Any], batch_id: int) -> None:
+        if not quarantined:
+            return
+        if self.quarantine is None:
+            raise ZeekTableError(
+                "rows whose columns clash with their table, and no quarantine: "
+                + "; ".join(sorted(self._clashes))
+            )
+        out = quarantined[0]
+        for more in quarantined[1:]:
+            out = out.unionByName(more)
+        self._commit(spark, self.quarantine, out, batch_id)
 
     def _learn(self, df: Any) -> dict[str, list[str]]:
         """The logs of the batch, the schema ids of each, and the columns of every id (each
@@ -199,48 +273,78 @@ class ZeekTables:
         return by_path
 
     def _write_table(
-        self, df: Any, name: str, logs: dict[str, list[str]], batch_id: int
+        self,
+        df: Any,
+        name: str,
+        logs: dict[str, list[str]],
+        batch_id: int,
+        staged: dict[tuple[str, str], StagedGroup] | None = None,
+        folder: str = "",
     ) -> list[Any]:
         """Write the batch's rows of a table's logs (their schema ids: ``logs``) into it, in
-        one commit; the rows that cannot go there (for the quarantine)."""
+        one commit: a group the stage job wrote (``staged``, under ``folder``) by its files,
+        the others parsed by Spark; the rows that cannot go there (for the quarantine)."""
         from pyspark.sql import functions as F
+        from pyspark.sql.types import DateType, StructField, StructType
 
         spark = df.sparkSession
         if self._format(spark) != "delta":
             self._marked(spark, name).attach()
         present = _table_types(spark, name)
         typed: list[Any] = []
+        roots: list[tuple[str, str]] = []
+        fields: dict[str, Any] = {}
         quarantined: list[Any] = []
         for path, sid in ((path, sid) for path, ids in sorted(logs.items()) for sid in ids):
             schema = self._schemas.get(sid) or standard_schema(path, self.zeek_version)
             rows = df.where((F.col("_path") == path) & (F.col("log_schema_id") == sid))
             if schema is None:  # nothing says what its columns are
-                quarantined.append(_quarantine(rows, "no schema is known for this log"))
+                quarantined.append(_quarantined(rows, "no schema is known for this log"))
                 continue
             columns = zeek_log_schema(schema, self.columns, metadata=False)
             clash = _clash(present, columns)
             if clash:
                 self._clashes.add(f"log {path} into {name}: {clash}")
-                quarantined.append(_quarantine(rows, clash))
+                quarantined.append(_quarantined(rows, clash))
                 continue
-            # a metadata name the log uses itself (MQTT's topic) gets a leading _, as in a stream
-            named = metadata_names(columns.names, optional=(RELAY_METADATA,))
-            parsed = rows.select(
-                parse_zeek_json(F.col("log"), schema, self.columns).alias("_r"),
-                *[F.col(m).alias(named[m]) for m in KEPT_METADATA],
-            ).select("_r.*", *[named[m] for m in KEPT_METADATA])
-            # the day of the record's time (a log of a site's own may have no ts: its arrival)
-            when = F.col("ts") if "ts" in schema.names else F.col("received_at")
-            typed.append(parsed.withColumn(DAY, F.to_date(when)))
-            present = _merged(present, parsed.schema)
-        if typed:
-            out = typed[0]
+            group = staged.get((path, sid)) if staged is not None else None
+            if group is not None and group.error is None:
+                out = _with_metadata(columns)
+                tag = f"{safe_name(path)}-{sid or '_'}"
+                roots.append((tag, os.path.join(folder, safe_name(path), sid or "_")))
+            else:
+                if group is not None:
+                    log.info("log %s (%s): written by Spark, %s", path, sid, group.error)
+                parsed = self._parsed(rows, schema, columns)
+                typed.append(parsed)
+                out = parsed.schema
+            for f in out.fields:
+                fields.setdefault(f.name, f)
+            present = _merged(present, out)
+        if typed or roots:
+            written = typed[0] if typed else None
             for more in typed[1:]:
-                out = out.unionByName(more, allowMissingColumns=True)
-            self._commit(spark, name, out, batch_id)
+                written = written.unionByName(more, allowMissingColumns=True)
+            fields.pop(DAY, None)
+            shape = StructType([*fields.values(), StructField(DAY, DateType(), True)])
+            self._commit(spark, name, written, batch_id, staged=roots, schema=shape)
             if self.after_table is not None:
                 self.after_table(name, batch_id)
         return quarantined
+
+    def _parsed(self, rows: Any, schema: LogSchema, columns: Any) -> Any:
+        """``rows`` parsed by Spark into the log's columns, the metadata and the day."""
+        from pyspark.sql import functions as F
+
+        # a metadata name the log uses itself (MQTT's topic) gets a leading _, as in a stream
+        named = metadata_names(columns.names, optional=(RELAY_METADATA,))
+        parsed = rows.select(
+            parse_zeek_json(F.col("log"), schema, self.columns).alias("_r"),
+            *[F.col(m).alias(named[m]) for m in KEPT_METADATA],
+        ).select("_r.*", *[named[m] for m in KEPT_METADATA])
+        # the day of the record's time (a log of a site's own may have no ts: its arrival)
+        when = F.col("ts") if "ts" in schema.names else F.col("received_at")
+        return parsed.withColumn(DAY, F.to_date(when))
 
     # --- exactly once ---------------------------------------------------------------------
 
@@ -248,7 +352,16 @@ class ZeekTables:
         chosen = self.table_format or spark.conf.get("spark.sql.sources.default", "parquet")
         return str(chosen).lower()
 
-    def _commit(self, spark: Any, name: str, df: Any, batch_id: int) -> None:
+    def _commit(
+        self,
+        spark: Any,
+        name: str,
+        df: Any,
+        batch_id: int,
+        *,
+        staged: Sequence[tuple[str, str]] = (),
+        schema: Any = None,
+    ) -> None:
         fmt = self._format(spark)
         if fmt == "delta":
             (
@@ -261,138 +374,14 @@ class ZeekTables:
                 .saveAsTable(name)
             )
             return
-        self._marked(spark, name).append(df, batch_id)
+        self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
 
-    def _marked(self, spark: Any, name: str) -> _MarkedTable:
-        state = os.path.join(_local(self.checkpoint), STATE)
-        known = self._known.setdefault(name, _Known())
-        return _MarkedTable(spark, name, self._format(spark), state, known)
+    def _marked(self, spark: Any, name: str) -> MarkedTable:
+        known = self._known.setdefault(name, TableMemory())
+        return MarkedTable(spark, name, self._format(spark), self._state(), known)
 
-
-@dataclass
-class _Known:
-    """What a writer remembers of one of its tables between batches (saves a query each)."""
-
-    location: str | None = None
-    days: set[str] = field(default_factory=set)
-
-
-class _MarkedTable:
-    """Appends to a table made of files, once per batch (the module's marker protocol)."""
-
-    def __init__(self, spark: Any, name: str, fmt: str, state: str, known: _Known) -> None:
-        self.spark = spark
-        self.name = name
-        self.fmt = fmt
-        self.state = os.path.join(state, _safe(name))
-        self.known = known
-
-    def append(self, df: Any, batch_id: int) -> None:
-        marker = os.path.join(self.state, f"batch-{batch_id}.done")
-        staging = os.path.join(self.state, "staging", f"batch-{batch_id}")
-        if os.path.exists(marker):
-            log.info("batch %d is in table %s already: skipped", batch_id, self.name)
-            shutil.rmtree(staging, ignore_errors=True)
-            return
-        if not os.path.exists(os.path.join(staging, "_SUCCESS")):
-            df.write.mode("overwrite").format(self.fmt).partitionBy(DAY).save(staging)
-        self._ensure(df.schema)
-        location = self._location()
-        days: set[str] = set()
-        for folder, _dirs, files in os.walk(staging):
-            relative = os.path.relpath(folder, staging)
-            for file in sorted(files):
-                if file.startswith(("_", ".")):
-                    continue
-                days.add(relative)
-                target_dir = os.path.normpath(os.path.join(location, relative))
-                target = os.path.join(target_dir, f"b{batch_id:012d}-{file}")
-                if os.path.exists(target):
-                    continue  # moved before the batch was interrupted
-                os.makedirs(target_dir, exist_ok=True)
-                os.replace(os.path.join(folder, file), target)
-        self._add_partitions(days)
-        self.spark.catalog.refreshTable(self.name)
-        partial = marker + ".partial"
-        with open(partial, "w", encoding="ascii") as f:
-            f.write(str(batch_id))
-        os.replace(partial, marker)
-        shutil.rmtree(staging, ignore_errors=True)
-        self._forget_before(batch_id)
-
-    def _add_partitions(self, folders: set[str]) -> None:
-        """Tell the catalog about the days the batch brought (``day=2026-11-26``)."""
-        new = sorted(folders - self.known.days)
-        if not new:
-            return
-        if all(re.fullmatch(rf"{DAY}=\d{{4}}-\d{{2}}-\d{{2}}", f) for f in new):
-            specs = " ".join(f"PARTITION ({DAY}='{f.split('=', 1)[1]}')" for f in new)
-            self.spark.sql(f"ALTER TABLE {self.name} ADD IF NOT EXISTS {specs}")
-        else:  # a day Spark spells its own way (no day: its default partition)
-            self.spark.sql(f"ALTER TABLE {self.name} RECOVER PARTITIONS")
-        self.known.days.update(new)
-
-    def _forget_before(self, batch_id: int) -> None:
-        """Drop the markers of earlier batches: Spark starts batch N only once N-1 is in its
-        commit log, so only the newest batch can run again."""
-        for entry in os.listdir(self.state):
-            if entry.startswith("batch-") and entry.endswith(".done"):
-                number = entry[len("batch-") : -len(".done")]
-                if number.isdigit() and int(number) < batch_id:
-                    os.remove(os.path.join(self.state, entry))
-
-    def _ensure(self, schema: Any) -> None:
-        """The table exists and has every column of ``schema`` (added where new)."""
-        spark = self.spark
-        if not self.attach():  # a statement, not a job writing nothing
-            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
-            spark.sql(
-                f"CREATE TABLE {self.name} ({columns}) USING {self.fmt} PARTITIONED BY ({DAY})"
-            )
-            return
-        present = {f.name for f in spark.table(self.name).schema.fields}
-        new = [f for f in schema.fields if f.name not in present]
-        if new:
-            spec = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new)
-            spark.sql(f"ALTER TABLE {self.name} ADD COLUMNS ({spec})")
-            log.info("table %s gained %s", self.name, ", ".join(f.name for f in new))
-
-    def attach(self) -> bool:
-        """Whether the table exists, after registering it again over its files when the
-        catalog forgot it (a session catalog that lives in memory, after a restart)."""
-        spark = self.spark
-        if spark.catalog.tableExists(self.name):
-            return True
-        self.known.location = None
-        self.known.days.clear()
-        location = self._default_location()
-        if location is None or not _holds_files(location):
-            return False
-        spark.sql(f"CREATE TABLE {self.name} USING {self.fmt} LOCATION '{location}'")
-        spark.sql(f"ALTER TABLE {self.name} RECOVER PARTITIONS")
-        return True
-
-    def _default_location(self) -> str | None:
-        """Where Spark keeps a managed table of this name: its database's folder."""
-        parts = self.name.split(".")
-        if len(parts) > 2:
-            return None  # a catalog's table (Unity Catalog): its catalog keeps it
-        database = parts[0] if len(parts) == 2 else self.spark.catalog.currentDatabase()
-        try:
-            folder = self.spark.catalog.getDatabase(database).locationUri
-        except Exception:  # no such database: nothing to attach
-            return None
-        return os.path.join(_local(folder), parts[-1])
-
-    def _location(self) -> str:
-        if self.known.location is not None:
-            return self.known.location
-        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {self.name}").collect()
-        for row in rows:
-            if row[0] == "Location":
-                self.known.location = _local(row[1])
-                return self.known.location
-        raise ZeekTableError(f"table {self.name} has no location (not a table of files?)")
+    def _state(self) -> str:
+        return os.path.join(local_path(self.checkpoint), STATE)
 
 
 @contextmanager
@@ -409,24 +398,6 @@ def _settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-def _holds_files(folder: str) -> bool:
-    for _root, _dirs, files in os.walk(folder):
-        if any(not f.startswith(("_", ".")) for f in files):
-            return True
-    return False
-
-
-def _local(location: str) -> str:
-    """A location as a local path; ZeekTableError for one only a file system client reaches."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme else location
-    raise ZeekTableError(
-        f"{location}: tables of files are written exactly once through atomic renames on a "
-        "local or mounted file system; for object stores use table_format='delta'"
-    )
 
 
 # --- columns and clashes -------------------------------------------------------------------------
@@ -461,6 +432,16 @@ def _fits(table: Any, log_type: Any) -> bool:
     return table == log_type
 
 
+def _with_metadata(columns: Any) -> Any:
+    """A log's columns followed by the metadata each row keeps, named as beside them."""
+    from pyspark.sql.types import StructField, StructType
+
+    types = {f.name: f.dataType for f in table_input_schema().fields}
+    named = metadata_names(columns.names, optional=(RELAY_METADATA,))
+    kept = [StructField(named[m], types[m], True) for m in KEPT_METADATA]
+    return StructType([*columns.fields, *kept])
+
+
 def _merged(present: dict[str, Any], schema: Any) -> dict[str, Any]:
     out = dict(present)
     for f in schema.fields:
@@ -468,7 +449,7 @@ def _merged(present: dict[str, Any], schema: Any) -> dict[str, Any]:
     return out
 
 
-def _quarantine(rows: Any, reason: str) -> Any:
+def _quarantined(rows: Any, reason: str) -> Any:
     from pyspark.sql import functions as F
 
     return rows.select(

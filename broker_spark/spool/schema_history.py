@@ -19,7 +19,6 @@ values, the log's new columns are not read, its dropped ones are null).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
 
-__all__ = ["HISTORY_FILE", "LogSchemaHistory", "describe_change"]
+__all__ = ["HISTORY_FILE", "LogSchemaHistory", "describe_change", "records_in"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +61,22 @@ def describe_change(old: LogSchema, new: LogSchema) -> str:
             + ", ".join(f"{n} ({before[n].zeek_type} to {after[n].zeek_type})" for n in retyped)
         )
     return "; ".join(parts) or "reordered its columns"
+
+
+def records_in(payload: bytes) -> int:
+    """How many Zeek log records one spooled message holds (0 for what is not a log
+    write, or does not decode: that is counted where it is read)."""
+    try:
+        if payload.startswith(BATCH_HEAD):
+            return read_varbyte(payload, len(BATCH_HEAD))[0]
+        if payload.startswith(LOG_WRITE_HEAD):
+            return 1
+        if is_log_batch(payload):
+            header = read_header(payload)
+            return int.from_bytes(payload[header.size : header.size + 4], "big")
+    except DecodeError:
+        pass
+    return 0
 
 
 class LogSchemaHistory:
@@ -135,11 +150,8 @@ class LogSchemaHistory:
             payload = item[1]
             if type(payload) is not bytes:
                 continue
-            if payload.startswith(BATCH_HEAD):
-                with contextlib.suppress(DecodeError):
-                    records += read_varbyte(payload, len(BATCH_HEAD))[0]
-            elif payload.startswith(LOG_WRITE_HEAD):
-                records += 1
+            if payload.startswith(BATCH_HEAD) or payload.startswith(LOG_WRITE_HEAD):
+                records += records_in(payload)
             elif is_log_batch(payload):  # Zeek's ZeroMQ backend: every batch has its columns
                 try:
                     header = read_header(payload)
@@ -156,6 +168,15 @@ class LogSchemaHistory:
                     )
                     continue
                 self.add(first_offset + i, str(item[2]), schema)
+        with self._lock:
+            self._messages += len(items)
+            self._records += records
+
+    def learn_sizes(self, items: Sequence[Sequence[Any]]) -> None:
+        """Count the log records in messages already spooled (their schemas are in the
+        history file): an owner that opens a spool filled before it started plans by
+        records from its first batch instead of by messages until new ones arrive."""
+        records = sum(records_in(item[1]) for item in items if type(item[1]) is bytes)
         with self._lock:
             self._messages += len(items)
             self._records += records

@@ -30,9 +30,9 @@ from typing import Any
 from broker_spark.spool.pump import SpoolPump, SpoolSource
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.sources import SourceCounts
-from broker_spark.spool.spool import Spool
+from broker_spark.spool.spool import Spool, SpoolError
 
-__all__ = ["RELAY_ID_FILE", "SpoolService", "spool_id", "spool_summary"]
+__all__ = ["RELAY_ID_FILE", "SpoolService", "learn_sizes", "spool_id", "spool_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,26 @@ def spool_id(path: str, *, create: bool) -> str | None:
         f.write(text)
     os.replace(partial, name)
     return text
+
+
+#: Messages at a spool's end that its owner reads on opening it, to learn how many log
+#: records a message holds (Zeek's Batches: up to 400).
+SIZE_SAMPLE = 256
+
+
+def learn_sizes(history: LogSchemaHistory, spool: Spool, sample: int = SIZE_SAMPLE) -> None:
+    """Teach ``history`` the records per message of the last ``sample`` messages in
+    ``spool``. Readers plan partitions by records; an owner that opens a spool filled
+    before it started (a relay restarted over a backlog) would otherwise plan by messages,
+    one partition for thousands of Batches, until new messages arrive."""
+    end = spool.end_offset()
+    first = max(spool.start_offset(), end - sample)
+    if first >= end:
+        return
+    try:
+        history.learn_sizes(spool.read(first, end))
+    except (SpoolError, OSError) as exc:  # retention raced us, or a damaged tail
+        log.warning("spool %s: could not read its last messages (%s)", spool.path, exc)
 
 
 def spool_summary(spool: Spool, now_ns: int | None = None) -> dict[str, Any]:
@@ -98,6 +118,8 @@ class SpoolService:
         self.spool = spool
         self.topics = tuple(topics)
         self.history = history
+        if history is not None:
+            learn_sizes(history, spool)
         self.id = spool_id(spool.path, create=True)
         self._queue_size = queue_size
         self._endpoint: Any = None
