@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from broker_spark.cli import build_parser
-from broker_spark.spark import options
+from broker_spark.spark import option_text
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 
@@ -25,7 +25,7 @@ def test_every_data_source_option_has_a_row() -> None:
     section = _section("## The data source `broker`: options")
     documented = set(re.findall(r"^\| `([A-Za-z.]+)`(?:, `([A-Za-z.]+)`)? \|", section, re.M))
     names = {name for pair in documented for name in pair if name}
-    real = {*options._SHARED, *options._READER, *options._WRITER}
+    real = {*option_text.SHARED_OPTIONS, *option_text.READER_OPTIONS, *option_text.WRITER_OPTIONS}
     assert real - names == set(), f"options without a README row: {sorted(real - names)}"
     assert names - real == set(), f"README rows for unknown options: {sorted(names - real)}"
 

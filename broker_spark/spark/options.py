@@ -1,4 +1,6 @@
-"""The options of the ``broker`` data source: parsed once, checked together, named in errors.
+"""The options of the ``broker`` data source's readers: parsed once, checked together, named
+in errors (the writers' are :mod:`~broker_spark.spark.writer_options`', the ones both share
+:mod:`~broker_spark.spark.connection_options`', all re-exported here).
 
 Spark hands a data source its options as strings in a case-insensitive dict
 with lower-cased keys (measured with pyspark 4.3); tests and direct callers
@@ -23,9 +25,6 @@ Choices where the issue left room:
 * ``spool.segmentBytes``/``spool.retentionBytes`` take sizes with binary
   suffixes (``64m``, ``1g``); ``spool.retentionBytes``/``spool.retentionMs``
   take ``-1`` or ``none`` for "no limit". ``spool.fsync`` syncs each batch.
-* Writers need ``peer`` or ``websocket``: a task publishes through a peering
-  it dials. ``listen`` is refused on writers (several tasks would compete for
-  one port on one machine, and a task cannot wait for someone to peer with it).
 * A store is reached through a clone, which needs a native peering: ``store``
   needs ``peer``; the WebSocket API carries data messages only.
 * ``path`` and ``checkpointLocation`` are options Spark itself adds; they are
@@ -34,33 +33,30 @@ Choices where the issue left room:
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker_spark.config import TLSSettings
+from broker_spark.spark.connection_options import ConnectionOptions, parse_connection
+from broker_spark.spark.option_text import (
+    FORMATS,
+    MODES,
+    READER_OPTIONS,
+    SHARED_OPTIONS,
+    ZEEK_LOG_TOPIC,
+    RawOptions,
+    seconds_option,
+    split_option,
+)
 from broker_spark.spark.option_values import (
     DEFAULT_WEBSOCKET_PATH,
     BrokerOptionError,
     HostPort,
     WebSocketTarget,
-    is_secret_option,
     parse_host_port,
-    parse_websocket,
-    split_top_level,
 )
-from broker_spark.spark.zeromq_options import (
-    ZEROMQ_CURVE,
-    ZeroMQOptions,
-    parse_zeromq,
-    parse_zeromq_proxy,
-)
-
-if TYPE_CHECKING:
-    from broker_spark.config import Configuration
-    from broker_spark.zeek.script_types import EventSignature
+from broker_spark.spark.writer_options import WriterOptions, default_log_path, parse_writer_options
+from broker_spark.spark.zeromq_options import ZeroMQOptions, parse_zeromq_proxy
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_PARTITION",
@@ -88,83 +84,12 @@ DEFAULT_RETENTION_BYTES = 1024 * 1024 * 1024
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
 
-FORMATS = ("default", "zeek", "zeek-logs")
 COLUMN_LAYOUTS = ("nested", "flat")
-#: Where Zeek publishes its logs (``Broker::default_log_topic_prefix``).
-ZEEK_LOG_TOPIC = "zeek/logs/"
 #: Seconds ``load()`` waits for a peered Zeek's LogCreate of the one log it reads.
 DEFAULT_SCHEMA_WAIT = 2.0
 DEFAULT_RECEIVER_IDLE_TIMEOUT = 3600.0
-MODES = ("PERMISSIVE", "FAILFAST")
 STARTING_OFFSETS = ("earliest", "latest")
 PARTITION_DATA = ("auto", "inline", "spool")
-
-_SSL_FILES = ("ssl.certificate", "ssl.key", "ssl.cafile", "ssl.capath", "ssl.passphrase")
-_ZEROMQ = (
-    "zeromq.logs",
-    "zeromq.proxy",
-    "zeromq.connectXsubEndpoint",
-    "zeromq.connectXpubEndpoint",
-    *ZEROMQ_CURVE,
-)
-_SHARED = ("listen", "peer", "websocket", "ssl.disable", *_SSL_FILES, *_ZEROMQ)
-_READER = (
-    "allowAnonymous",
-    "topics",
-    "store",
-    "startingOffsets",
-    "maxRecordsPerTrigger",
-    "maxRecordsPerPartition",
-    "minPartitions",
-    "failOnDataLoss",
-    "spoolPath",
-    "spool.segmentBytes",
-    "spool.retentionBytes",
-    "spool.retentionMs",
-    "spool.fsync",
-    "format",
-    "mode",
-    "partitionData",
-    "logs",
-    "columns",
-    "schemaWait",
-    "zeekVersion",
-    "relay",
-    "receiver",
-    "receiver.idleTimeout",
-)
-_WRITER = (
-    "topic",
-    "store",
-    "format",
-    "badRecordsTopic",
-    "log",
-    "zeekTypes",
-    "signature",
-    "networkTimestamp",
-    "mode",
-)
-_SPARK_ADDED = ("path", "checkpointLocation")
-
-_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
-_SIZE = re.compile(r"([0-9]+)\s*([kmgt]?)(i?b)?\Z", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-@dataclass(frozen=True)
-class ConnectionOptions:
-    """How an endpoint reaches the Broker world: accept peers, dial peers, a WebSocket API,
-    or Zeek's ZeroMQ cluster backend."""
-
-    listen: HostPort | None = None
-    peers: tuple[HostPort, ...] = ()
-    websocket: WebSocketTarget | None = None
-    ssl: TLSSettings = field(default_factory=TLSSettings)
-    zeromq: ZeroMQOptions = field(default_factory=ZeroMQOptions)
-
-    def configuration(self) -> Configuration:
-        """A fresh endpoint configuration with these TLS settings."""
-        return self.ssl.configuration()
 
 
 @dataclass(frozen=True)
@@ -210,195 +135,14 @@ class ReaderOptions:
     given: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
 
-@dataclass(frozen=True)
-class WriterOptions:
-    """Options of ``df.write``/``df.writeStream.format("broker")``."""
-
-    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
-    topic: str | None = None
-    store: str | None = None
-    format: str = "default"
-    bad_records_topic: str | None = None
-    log: str | None = None  # a Zeek log stream id (Spark::LOG): rows are published as its records
-    log_path: str | None = None  # that log's path (option path; default from the stream id)
-    zeek_types: tuple[tuple[str, str], ...] = ()  # column -> Zeek type (Zeek's spelling)
-    signature: EventSignature | None = None  # rows are this event, its arguments by column name
-    network_timestamp: str | None = None  # column whose time is the event's network timestamp
-    mode: str = "FAILFAST"  # a bad row fails the task, or (PERMISSIVE) is counted and routed
-
-    @property
-    def permissive(self) -> bool:
-        return self.mode == "PERMISSIVE"
-
-
-# --- reading the raw mapping ------------------------------------------------------------
-
-
-class _Raw:
-    """The given options by canonical name; remembers which were used for the unknown check."""
-
-    def __init__(self, options: Mapping[str, Any], allowed: tuple[str, ...], other: str) -> None:
-        canonical = {name.lower(): name for name in (*_SHARED, *_READER, *_WRITER)}
-        allowed_lower = {name.lower() for name in allowed}
-        ignored = {name.lower() for name in _SPARK_ADDED}
-        self.values: dict[str, str] = {}
-        for key, value in options.items():
-            lower = str(key).lower()
-            if lower in ignored:
-                continue
-            if lower not in allowed_lower:
-                if lower in canonical:
-                    raise BrokerOptionError(canonical[lower], value, f"applies to {other} only")
-                close = difflib.get_close_matches(lower, sorted(allowed_lower), n=1)
-                hint = f" (did you mean {canonical[close[0]]}?)" if close else ""
-                raise BrokerOptionError(str(key), value, f"unknown option{hint}")
-            name = canonical[lower]
-            text = _text(value)
-            if name in self.values and self.values[name] != text:
-                earlier = "***" if is_secret_option(name) else repr(self.values[name])
-                raise BrokerOptionError(name, value, f"given twice, also as {earlier}")
-            self.values[name] = text
-
-    def get(self, name: str) -> str | None:
-        return self.values.get(name)
-
-    def nonempty(self, name: str) -> str | None:
-        value = self.values.get(name)
-        if value is None:
-            return None
-        if not value.strip():
-            raise BrokerOptionError(name, value, "must not be empty")
-        return value.strip()
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.values.get(name)
-        if value is None:
-            return default
-        lowered = value.strip().lower()
-        if lowered not in ("true", "false"):
-            raise BrokerOptionError(name, value, "expected true or false")
-        return lowered == "true"
-
-    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.values.get(name)
-        if value is None:
-            return default
-        for choice in choices:
-            if value.strip().lower() == choice.lower():
-                return choice
-        raise BrokerOptionError(name, value, f"expected one of {', '.join(choices)}")
-
-    def positive_int(self, name: str) -> int | None:
-        value = self.values.get(name)
-        if value is None:
-            return None
-        if not _INTEGER.match(value.strip()) or int(value) < 1:
-            raise BrokerOptionError(name, value, "expected a positive integer")
-        return int(value)
-
-    def limit(self, name: str, default: int | None, sizes: bool) -> int | None:
-        """A positive count (with size suffixes when ``sizes``), or ``-1``/``none`` for no limit."""
-        value = self.values.get(name)
-        if value is None:
-            return default
-        text = value.strip()
-        if text.lower() in ("-1", "none"):
-            return None
-        match = _SIZE.match(text) if sizes else None
-        if match and (match.group(2) or not match.group(3) or match.group(3).lower() == "b"):
-            number = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-        elif _INTEGER.match(text):
-            number = int(text)
-        else:
-            expected = "a size such as 1048576, 512k, 64m or 1g" if sizes else "an integer"
-            raise BrokerOptionError(name, value, f"expected {expected}, or -1 for no limit")
-        if number < 1:
-            raise BrokerOptionError(name, value, "must be positive, or -1 for no limit")
-        return number
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _split(raw: _Raw, name: str) -> list[str]:
-    value = raw.get(name)
-    if value is None:
-        return []
-    items = list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    if not items:
-        raise BrokerOptionError(name, value, "names nothing")
-    return items
-
-
-# --- the shared options -----------------------------------------------------------------
-
-
-def _ssl(raw: _Raw) -> TLSSettings:
-    disable = raw.boolean("ssl.disable", False)
-    files = {name: raw.nonempty(name) or "" for name in _SSL_FILES}
-    given = [name for name in _SSL_FILES if files[name]]
-    if disable and given:
-        raise BrokerOptionError(
-            "ssl.disable", "true", f"contradicts {given[0]} (certificates need TLS)"
-        )
-    if given:
-        if files["ssl.key"] and not files["ssl.certificate"]:
-            raise BrokerOptionError("ssl.key", files["ssl.key"], "needs ssl.certificate")
-        if files["ssl.passphrase"] and not files["ssl.key"]:
-            raise BrokerOptionError("ssl.passphrase", files["ssl.passphrase"], "needs ssl.key")
-        if not files["ssl.certificate"]:
-            first = given[0]
-            raise BrokerOptionError(
-                first, files[first], "mutual TLS needs ssl.certificate and ssl.key as well"
-            )
-        if not files["ssl.key"]:
-            raise BrokerOptionError(
-                "ssl.certificate", files["ssl.certificate"], "needs ssl.key (the private key)"
-            )
-        if not files["ssl.cafile"] and not files["ssl.capath"]:
-            raise BrokerOptionError(
-                "ssl.certificate",
-                files["ssl.certificate"],
-                "needs ssl.cafile or ssl.capath to verify peers (mutual TLS)",
-            )
-    return TLSSettings(
-        disable,
-        files["ssl.certificate"],
-        files["ssl.key"],
-        files["ssl.cafile"],
-        files["ssl.capath"],
-        files["ssl.passphrase"],
-    )
-
-
-def _connection(raw: _Raw) -> ConnectionOptions:
-    listen_text = raw.nonempty("listen")
-    listen = parse_host_port(listen_text, "listen", listen=True) if listen_text else None
-    peers = tuple(dict.fromkeys(parse_host_port(p, "peer") for p in _split(raw, "peer")))
-    websocket_text = raw.nonempty("websocket")
-    websocket = parse_websocket(websocket_text) if websocket_text else None
-    ssl = _ssl(raw)
-    if websocket is not None and websocket.secure and ssl.disable_ssl:
-        raise BrokerOptionError(
-            "ssl.disable", "true", f"contradicts websocket={websocket_text!r} (use ws://)"
-        )
-    return ConnectionOptions(listen, peers, websocket, ssl, parse_zeromq(raw))
-
-
-# --- readers and writers ----------------------------------------------------------------
-
-
 def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) -> ReaderOptions:
     """Check and convert the options of a stream read (or, ``streaming=False``, a batch read)."""
-    raw = _Raw(options, (*_SHARED, *_READER), "writing")
-    conn = _connection(raw)
-    topics = tuple(_split(raw, "topics"))
+    raw = RawOptions(options, (*SHARED_OPTIONS, *READER_OPTIONS), "writing")
+    conn = parse_connection(raw)
+    topics = tuple(split_option(raw, "topics"))
     store = raw.nonempty("store")
     fmt = raw.choice("format", FORMATS, "default")
-    logs = tuple(_split(raw, "logs"))
+    logs = tuple(split_option(raw, "logs"))
     if fmt != "zeek-logs":
         for name in ("logs", "columns", "schemaWait", "zeekVersion"):
             if raw.get(name) is not None:
@@ -449,7 +193,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
     allow_anonymous = raw.boolean("allowAnonymous", False)
     if not allow_anonymous:
         _refuse_open_listeners(conn)
-    idle_timeout = _seconds(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
+    idle_timeout = seconds_option(raw, "receiver.idleTimeout", DEFAULT_RECEIVER_IDLE_TIMEOUT)
     if idle_timeout <= 0:
         raise BrokerOptionError(
             "receiver.idleTimeout", raw.get("receiver.idleTimeout"), "must be positive"
@@ -492,7 +236,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         partition_data=partition_data,
         logs=logs,
         columns=raw.choice("columns", COLUMN_LAYOUTS, "nested"),
-        schema_wait=_seconds(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
+        schema_wait=seconds_option(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
         zeek_version=_zeek_version(raw),
         relays=relays,
         receiver=raw.boolean("receiver", True),
@@ -532,7 +276,7 @@ def _refuse_open_listeners(conn: ConnectionOptions) -> None:
             )
 
 
-def _zeek_version(raw: _Raw) -> str:
+def _zeek_version(raw: RawOptions) -> str:
     """``zeekVersion``: a release whose standard schemas are built in (``8.0.10`` reads as 8.0)."""
     from broker_spark.zeek.schema import STANDARD_SCHEMA_FILES, release_of
 
@@ -560,160 +304,3 @@ def _relays(text: str) -> tuple[HostPort, ...]:
             raise BrokerOptionError("relay", text, f"names {part.strip()} twice")
         relays.append(relay)
     return tuple(relays)
-
-
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|min|m|h|)\Z")
-_DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def _seconds(raw: _Raw, name: str, default: float) -> float:
-    """A duration in seconds (``2``, ``2s``, ``500ms``; 0 for none)."""
-    value = raw.get(name)
-    if value is None:
-        return default
-    match = _DURATION.match(value.strip().lower())
-    if not match:
-        raise BrokerOptionError(name, value, "expected a duration, such as 2, 2s, 500ms, 5m or 1h")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-
-
-_STREAM_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)+\Z")
-
-
-def default_log_path(stream: str) -> str:
-    """The path a log stream writes by default: the module, lower-cased (``Spark::LOG`` gives
-    ``spark``; another id than ``LOG`` is appended: ``Spark::DNS_LOG`` gives ``spark_dns``)."""
-    module, _, ident = stream.rpartition("::")
-    path = module.replace("::", "_").lower()
-    if ident != "LOG":
-        path += "_" + ident.lower().removesuffix("_log")
-    return path
-
-
-def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
-    """Check and convert the options of a batch or streaming write."""
-    log_path = None
-    for key, value in options.items():  # Spark's own "path" names the log's path here
-        if str(key).lower() == "path" and value is not None and str(value).strip():
-            log_path = str(value).strip()
-    raw = _Raw(options, (*_SHARED, *_WRITER), "reading")
-    conn = _connection(raw)
-    topic = raw.nonempty("topic")
-    store = raw.nonempty("store")
-    fmt = raw.choice("format", FORMATS, "default")
-    bad_records = raw.nonempty("badRecordsTopic")
-    log_stream = raw.nonempty("log")
-    zeek_types = _zeek_types(raw, logs=log_stream is not None)
-    signature = _signature(raw)
-    network_timestamp = raw.nonempty("networkTimestamp")
-    mode = _writer_mode(raw, bad_records)
-    if fmt == "zeek-logs":
-        raise BrokerOptionError(
-            "format", fmt, "is for reading; to write log records use option log"
-        )
-    if log_stream is not None:
-        if not _STREAM_ID.match(log_stream):
-            raise BrokerOptionError(
-                "log", log_stream, "expected a Zeek log stream id such as Spark::LOG"
-            )
-        if store:
-            raise BrokerOptionError("log", log_stream, f"contradicts store={store!r}")
-        if fmt != "default":
-            raise BrokerOptionError("format", fmt, "does not apply to log records (option log)")
-        if log_path is None:
-            log_path = default_log_path(log_stream)
-        if topic is None:
-            topic = ZEEK_LOG_TOPIC + log_stream
-    if signature is not None:
-        for other in ("log", "store", "zeekTypes"):
-            if raw.get(other) is not None:
-                raise BrokerOptionError(
-                    "signature", raw.get("signature"), f"contradicts {other}={raw.get(other)!r}"
-                )
-    elif network_timestamp is not None:
-        raise BrokerOptionError(
-            "networkTimestamp", network_timestamp, "applies with option signature only"
-        )
-    if conn.listen is not None:
-        raise BrokerOptionError(
-            "listen", raw.get("listen"), "writers publish through peer or websocket, not listen"
-        )
-    if store and topic:
-        raise BrokerOptionError(
-            "store", store, f"contradicts topic={topic!r}: write one or the other"
-        )
-    if store and fmt != "default":
-        raise BrokerOptionError("format", fmt, "applies to topics, not to store")
-    if store and not conn.peers:
-        raise BrokerOptionError(
-            "peer", None, "is required with store: a clone attaches to the master through a peering"
-        )
-    if conn.zeromq.logs is not None:
-        raise BrokerOptionError("zeromq.logs", conn.zeromq.logs, "is for reading Zeek's logs")
-    if not (conn.peers or conn.websocket or conn.zeromq.xpub):
-        raise BrokerOptionError(
-            "peer/websocket",
-            None,
-            "one of them is required to publish (or zeromq.proxy, for a Zeek cluster on "
-            "the ZeroMQ backend)",
-        )
-    return WriterOptions(
-        connection=conn,
-        topic=topic,
-        store=store,
-        format=fmt,
-        bad_records_topic=bad_records,
-        log=log_stream,
-        log_path=log_path if log_stream is not None else None,
-        zeek_types=zeek_types,
-        signature=signature,
-        network_timestamp=network_timestamp,
-        mode=mode,
-    )
-
-
-def _writer_mode(raw: _Raw, bad_records: str | None) -> str:
-    """FAILFAST unless bad rows have somewhere to go (``badRecordsTopic``), as before modes."""
-    default = "PERMISSIVE" if bad_records is not None else "FAILFAST"
-    mode = raw.choice("mode", MODES, default)
-    if mode == "FAILFAST" and bad_records is not None:
-        raise BrokerOptionError(
-            "mode", raw.get("mode"), f"FAILFAST contradicts badRecordsTopic={bad_records!r}"
-        )
-    return mode
-
-
-def _signature(raw: _Raw) -> EventSignature | None:
-    from broker_spark.zeek.script_types import SignatureError, parse_signature
-
-    text = raw.nonempty("signature")
-    if text is None:
-        return None
-    try:
-        return parse_signature(text)
-    except SignatureError as exc:
-        raise BrokerOptionError("signature", text, str(exc)) from None
-
-
-def _zeek_types(raw: _Raw, *, logs: bool) -> tuple[tuple[str, str], ...]:
-    """``column:type,...`` in Zeek's spelling (``count``, ``addr``, ``set[addr, port]``,
-    ``record { a: count; }``); a log's columns take log column types only."""
-    from broker_spark.zeek.script_types import SignatureError, parse_type
-    from broker_spark.zeek.types import ZeekType
-
-    value = raw.get("zeekTypes")
-    if value is None:
-        return ()
-    out = []
-    for item in split_top_level(value):
-        if not item.strip():
-            continue
-        name, sep, spec = item.partition(":")
-        if not sep or not name.strip():
-            raise BrokerOptionError("zeekTypes", value, f"{item.strip()!r} is not column:type")
-        try:
-            ZeekType.parse(spec) if logs else parse_type(spec)
-        except (ValueError, SignatureError) as exc:
-            raise BrokerOptionError("zeekTypes", value, str(exc)) from None
-        out.append((name.strip(), spec.strip()))
-    return tuple(out)
