@@ -243,6 +243,21 @@ def test_a_group_without_its_columns_is_left_to_the_driver(tmp_path) -> None:
     assert report["error"] is None and report["files"] == 1
 
 
+def test_a_ts_that_is_not_a_time_is_left_to_the_driver(tmp_path) -> None:
+    """A site's log whose ``ts`` is text: its day is Spark's ``to_date`` of that text, so the
+    group goes to Spark's writer instead of being given another day here."""
+    odd = LogSchema("Odd::LOG", "odd", (LogField.of("ts", "string"),))
+    messages = [
+        ("zeek/logs/Odd::LOG", encode(LogCreate.of(odd))),
+        ("zeek/logs/Odd::LOG", encode(Batch(LogWrite.of(odd, ["2024-05-01"])))),
+    ]
+    stager = _Stager(str(tmp_path), 0, KEPT_METADATA, "nested", "9.1", "UTC")
+    stager.take(_stream_rows(messages))
+    [report] = stager.finish().to_pylist()
+    assert report["rows"] == 1 and "not a time" in report["error"]
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
 def test_days_follow_the_sessions_time_zone() -> None:
     assert arrow_knows_time_zone("UTC") and arrow_knows_time_zone("America/New_York")
     assert arrow_knows_time_zone("+05:30")

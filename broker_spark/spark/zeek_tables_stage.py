@@ -200,7 +200,7 @@ class _Stager:
         rows = pa.Table.from_batches(parts)
         try:
             names, arrays = parse_lines(rows.column("log").combine_chunks(), schema, self.columns)
-        except (pa.ArrowInvalid, ValueError) as exc:
+        except (pa.ArrowException, ValueError) as exc:
             group.error = f"not read by Arrow's JSON reader: {exc}"
             return
         named = metadata_names(names, optional=(RELAY_METADATA,))
@@ -208,7 +208,11 @@ class _Stager:
             names.append(named[meta])
             arrays.append(rows.column(meta).combine_chunks())
         table = pa.Table.from_arrays(arrays, names=names)
+        # the day of the record's time (a log of a site's own may have no ts: its arrival)
         when = table.column("ts") if "ts" in schema.names else rows.column("received_at")
+        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
+            group.error = f"its ts is {when.type}, not a time"
+            return
         self._write(group, table, self._days(when))
 
     def _days(self, when: Any) -> pa.Array:
