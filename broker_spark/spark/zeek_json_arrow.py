@@ -9,7 +9,8 @@ task in a few. This module gives exactly what
 types and values; times rounded the same way), as Arrow arrays:
 
 * a time (Zeek's epoch seconds, as the stream renders them) becomes
-  microseconds in UTC, halves rounded away from zero;
+  microseconds in UTC, halves rounded away from zero (null outside what Spark's
+  timestamps hold, as in the stream);
 * ``count`` is a signed 64-bit integer, ``port`` a 32-bit one, ``interval`` a
   double, sets and vectors lists; every other type (addr, subnet, enum, ...)
   its JSON text;
@@ -28,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from broker_spark.spark.zeek_schema import COLUMN_LAYOUTS, ColumnNode, nest_columns
+from broker_spark.zeek.arrow_columns import micros_of_seconds, numbers
 from broker_spark.zeek.schema import LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
@@ -64,12 +66,13 @@ def _json_type(zeek_type: ZeekType) -> pa.DataType:
 
 
 def _micros(seconds: pa.Array) -> pa.Array:
-    """Epoch seconds as UTC microseconds, as the stream and ``parse_zeek_json`` round them:
-    ``(s * 1e6 + 0.5 * sign)`` truncated toward zero."""
-    micros = pc.multiply(seconds, 1e6)
-    half = pc.if_else(pc.less(micros, 0.0), -0.5, 0.5)
-    whole = pc.trunc(pc.add(micros, half))
-    return pc.cast(whole, pa.int64()).cast(_TIMESTAMP)
+    """Epoch seconds as UTC microseconds, as the stream converts them
+    (:func:`~broker_spark.zeek.arrow_columns.micros_of_seconds`: halves away from zero;
+    a time outside what Spark's timestamps hold is null, as in the stream)."""
+    values = seconds.fill_null(0.0).to_numpy(zero_copy_only=False)
+    micros, fits = micros_of_seconds(values)
+    present = fits & ~seconds.is_null().to_numpy(zero_copy_only=False)
+    return numbers(micros, _TIMESTAMP, present)
 
 
 def _typed(values: pa.Array, zeek_type: ZeekType) -> pa.Array:

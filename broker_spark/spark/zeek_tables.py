@@ -165,14 +165,16 @@ class ZeekTables:
         for (path, sid), group in sorted(groups.items()):
             if group.schema is not None and sid not in self._schemas:
                 self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
-            by_table.setdefault(self.table.format(path=safe_name(path)), {}).setdefault(
-                path, []
-            ).append(sid)
+            by_table.setdefault(self._table_of(path), {}).setdefault(path, []).append(sid)
         quarantined: list[Any] = []
         for name in sorted(by_table):
             quarantined += self._write_table(batch, name, by_table[name], batch_id, groups, folder)
         self._quarantine(batch.sparkSession, quarantined, batch_id)
         shutil.rmtree(folder, ignore_errors=True)
+
+    def _table_of(self, path: str) -> str:
+        """The table of log ``path`` (two paths may make one name: ``a_b``, ``a-b``)."""
+        return self.table.format(path=safe_name(path))
 
     def _stage(self, batch: Any, folder: str, zone: str) -> dict[tuple[str, str], StagedGroup]:
         """Run the stage job, or read what it staged before (a batch run again after the
@@ -198,15 +200,14 @@ class ZeekTables:
         columns = ("_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA)
         groups: dict[tuple[str, str], StagedGroup] = {}
         for row in batch.select(*columns).mapInArrow(run, REPORT_SCHEMA).collect():
-            key = (row["path"], row["schema_id"])
-            had = groups.get(key)
+            key = (row["path"], row["schema_id"])  # a group of each task that held its rows
+            had = groups.get(key) or StagedGroup(*key, None, 0, 0, None)
             groups[key] = StagedGroup(
-                row["path"],
-                row["schema_id"],
-                (had.schema if had is not None else None) or row["schema"],
-                row["rows"] + (had.rows if had is not None else 0),
-                row["files"] + (had.files if had is not None else 0),
-                (had.error if had is not None else None) or row["error"],
+                *key,
+                had.schema or row["schema"],
+                had.rows + row["rows"],
+                had.files + row["files"],
+                had.error or row["error"],
             )
         os.makedirs(folder, exist_ok=True)
         partial = report + ".partial"
@@ -222,8 +223,8 @@ class ZeekTables:
         df = batch.sortWithinPartitions("_path", "log_schema_id").persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
-            for path, ids in self._learn(df).items():  # two paths may make one name: a_b, a-b
-                by_table.setdefault(self.table.format(path=safe_name(path)), {})[path] = sorted(ids)
+            for path, ids in self._learn(df).items():
+                by_table.setdefault(self._table_of(path), {})[path] = sorted(ids)
             names = sorted(by_table)
             workers = min(self.parallel, len(names))
 

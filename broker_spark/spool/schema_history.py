@@ -29,7 +29,7 @@ from typing import Any
 from broker_spark.data.binary import decode
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
-from broker_spark.zeek.log_batch import is_log_batch, read_header
+from broker_spark.zeek.log_batch import is_log_batch, read_header, record_count
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
 from broker_spark.zeek.logs import LogCreate
 from broker_spark.zeek.schema import LogSchema
@@ -72,8 +72,7 @@ def records_in(payload: bytes) -> int:
         if payload.startswith(LOG_WRITE_HEAD):
             return 1
         if is_log_batch(payload):
-            header = read_header(payload)
-            return int.from_bytes(payload[header.size : header.size + 4], "big")
+            return record_count(payload, read_header(payload))
     except DecodeError:
         pass
     return 0
@@ -150,12 +149,12 @@ class LogSchemaHistory:
             payload = item[1]
             if type(payload) is not bytes:
                 continue
-            if payload.startswith(BATCH_HEAD) or payload.startswith(LOG_WRITE_HEAD):
+            if payload.startswith((BATCH_HEAD, LOG_WRITE_HEAD)):
                 records += records_in(payload)
             elif is_log_batch(payload):  # Zeek's ZeroMQ backend: every batch has its columns
                 try:
                     header = read_header(payload)
-                    records += int.from_bytes(payload[header.size : header.size + 4], "big")
+                    records += record_count(payload, header)
                 except DecodeError:
                     continue  # counted where it is read
                 self.add(first_offset + i, str(item[2]), header.schema)

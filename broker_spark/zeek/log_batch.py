@@ -58,6 +58,7 @@ __all__ = [
     "encode_batch",
     "is_log_batch",
     "read_header",
+    "record_count",
     "record_ends",
     "record_spans",
     "run_spans",
@@ -279,6 +280,13 @@ def run_spans(
     return cands, stops, counts
 
 
+def record_count(data: bytes, header: BatchHeader) -> int:
+    """How many records the batch says it holds (the count after its header)."""
+    if header.size + 4 > len(data):
+        raise DecodeError(f"log batch of {header.path!r}: truncated record count")
+    return int(_U32.unpack_from(data, header.size)[0])
+
+
 def record_ends(data: bytes, header: BatchHeader) -> list[int]:
     """Where each record of the batch ends (the first starts at ``header.size + 4``)."""
     ends, _buf = _ends(data, header)
@@ -288,11 +296,8 @@ def record_ends(data: bytes, header: BatchHeader) -> list[int]:
 def _ends(data: bytes, header: BatchHeader) -> tuple[list[int] | np.ndarray, np.ndarray | None]:
     """The records' ends: from many records at once with numpy (an array, with the padded
     buffer it was found in), else one by one (a list)."""
-    pos = header.size
-    if pos + 4 > len(data):
-        raise DecodeError(f"log batch of {header.path!r}: truncated record count")
-    (count,) = _U32.unpack_from(data, pos)
-    pos += 4
+    count = record_count(data, header)
+    pos = header.size + 4
     width = len(header.schema.fields)
     if count and (not width or count * width * _VALUE_MIN > len(data) - pos):
         raise DecodeError(
