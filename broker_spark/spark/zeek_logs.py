@@ -345,10 +345,18 @@ def schema_id(schema: LogSchema | None) -> str:
     return _schema_texts(schema)[0]
 
 
-@lru_cache(maxsize=256)
 def _schema_texts(schema: LogSchema) -> tuple[str, str]:
+    """The schema's id and JSON. Not cached by the schema: two schemas can be equal and
+    still differ in their JSON (an enum's name, ``enum HTTP::Tags``, is not part of a type's
+    equality), and a cache by equality would give whichever came first in this process
+    (a Python worker's history), so one batch read twice could give two ids."""
     text = json.dumps(schema.to_json(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16], text
+    return _text_id(text), text
+
+
+@lru_cache(maxsize=256)
+def _text_id(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _first_only(piece: _Piece) -> pa.Array:
