@@ -50,11 +50,17 @@ def db(spark: Any, tmp_path: Path) -> Iterator[str]:  # noqa: F811
         spark.sql(f"DROP DATABASE {name} CASCADE")
 
 
-def batch_of(spark: Any, messages: list[tuple[str, bytes, str]], first: int = 0) -> Any:  # noqa: F811
+def batch_of(
+    spark: Any,  # noqa: F811
+    messages: list[tuple[str, bytes, str]],
+    first: int = 0,
+    runs: bool = True,
+) -> Any:
     """A micro-batch of the stream, as its partitions hold these messages at ``first`` on:
     two partitions, each converted as an executor converts its own (with the log schemas
-    in force at its first offset, as the reader plans them)."""
-    schema = table_input_schema()
+    in force at its first offset, as the reader plans them). ``runs``: a row per run of a
+    message's records of one log, as ``write_zeek_tables`` reads (else a row a record)."""
+    schema = table_input_schema(runs=runs)
     history = LogSchemaHistory()
     history.observe(first, [(t, p, s) for t, p, s in messages])
     n = len(messages)
@@ -270,10 +276,13 @@ def test_a_log_column_named_like_the_metadata_keeps_its_name(spark, db, tmp_path
     assert got == [(f"sensors/{i}", 7 + i, "zeek/logs/Conn::LOG") for i in range(3)]
 
 
-def test_rows_arrow_does_not_read_are_written_by_spark(spark, db, tmp_path, caplog) -> None:  # noqa: F811
+@pytest.mark.parametrize("runs", [True, False], ids=["runs", "a-row-a-record"])
+def test_rows_arrow_does_not_read_are_written_by_spark(spark, db, tmp_path, caplog, runs) -> None:  # noqa: F811
     """A count past 2^63 (Zeek's counts are unsigned; Spark's longs are not): Arrow's reader
     refuses the group, so Spark's own parse writes it, as it always did (the value null),
-    beside the groups the tasks wrote, in the one commit of the batch."""
+    beside the groups the tasks wrote, in the one commit of the batch. Whether the stream's
+    rows are runs of records (what ``write_zeek_tables`` reads) or a record each (a stream
+    of the user's own handed to ``ZeekTables``), each record keeps its own position."""
     caplog.set_level(logging.INFO, logger="broker_spark.spark.zeek_tables")
     big = LogSchema("Big::LOG", "big", (LogField.of("n", "count"), LogField.of("i", "int")))
     small = LogSchema("Small::LOG", "small", (LogField.of("n", "count"),))
@@ -285,10 +294,52 @@ def test_rows_arrow_does_not_read_are_written_by_spark(spark, db, tmp_path, capl
             (f"zeek/logs/{schema.stream}", encode(Batch(*rows)), "zeek"),
         ]
     tables = writer(db, tmp_path)
-    tables(batch_of(spark, messages), 0)
-    tables(batch_of(spark, messages), 0)  # run again: nothing added
-    got = {(r.n, r.i) for r in spark.table(f"{db}.big").collect()}
-    assert got == {(None, 1), (5, 2)} and spark.table(f"{db}.big").count() == 2
+    tables(batch_of(spark, messages, runs=runs), 0)
+    tables(batch_of(spark, messages, runs=runs), 0)  # run again: nothing added
+    got = {(r.n, r.i, r.offset, r.record) for r in spark.table(f"{db}.big").collect()}
+    assert got == {(None, 1, 1, 0), (5, 2, 1, 1)} and spark.table(f"{db}.big").count() == 2
     assert [r.n for r in spark.table(f"{db}.small").collect()] == [7]
     assert "log big" in caplog.text and "written by Spark" in caplog.text
     assert "log small" not in caplog.text
+
+
+@pytest.mark.slow  # a relay and a query: 15 s (make test-slow)
+def test_write_zeek_tables_reads_a_relay_into_a_table_per_log(spark, db, tmp_path) -> None:  # noqa: F811
+    """The whole helper: a relay holding a Zeek's recorded logs, one query with the default
+    arguments, each log's table as Zeek wrote it, each record once, in its own position
+    (the stream it reads gives a row per run of a message's records)."""
+    from spark_fixtures import wait_for
+    from test_spark_relay import Relay
+
+    from broker_spark.spark.zeek_tables import write_zeek_tables
+
+    rec = recording("zeek-logs-dns-edns-ecs")
+    relay = Relay(tmp_path / "relay")
+    try:
+        relay.publisher.publish_encoded(rec.data)
+        spool = relay.node.service.spool
+        wait_for(lambda: spool.end_offset() >= len(rec.data), 30, "the recording spooled")
+        source = (
+            spark.readStream.format("broker")
+            .option("relay", f"127.0.0.1:{relay.port}")
+            .option("ssl.disable", "true")
+            .option("startingOffsets", "earliest")
+        )
+        query = write_zeek_tables(
+            source,
+            str(tmp_path / "checkpoint"),
+            table=f"{db}.{{path}}",
+            quarantine=f"{db}.quarantine",
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+    finally:
+        relay.close()
+    for path in rec.writes:
+        table = f"{db}.{path}"
+        lines = rec.local_lines(path)
+        assert logged(spark, table) == zeeks_own(spark, lines, path, tmp_path), path
+        positions = spark.table(table).select(*KEYS).collect()
+        assert len(positions) == len(set(positions)) == len(lines)
+    assert not spark.catalog.tableExists(f"{db}.quarantine")

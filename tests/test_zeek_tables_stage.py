@@ -158,8 +158,8 @@ def test_lines_arrow_does_not_take_are_refused_whole() -> None:
     assert names == ["n"] and len(n) == 0
 
 
-def _stream_rows(messages, first: int = 0) -> pa.RecordBatch:
-    schema = table_input_schema()
+def _stream_rows(messages, first: int = 0, runs: bool = False) -> pa.RecordBatch:
+    schema = table_input_schema(runs=runs)
     conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()))
     n = len(messages)
     return conv.convert(
@@ -218,6 +218,37 @@ def test_a_task_stages_each_log_and_day_apart_and_again_the_same(tmp_path, monke
     assert len(positions) == len(set(positions)) == 8
     assert all(r["topic"].startswith("zeek/logs/") for v in staged.values() for r in v)
     assert not [p for p in tmp_path.rglob(".*")]  # no file left half-written
+
+
+@pytest.mark.parametrize("name", [*LOG_RECORDINGS, "zmq"])
+def test_runs_of_records_stage_the_same_rows_as_a_row_a_record(tmp_path, name) -> None:
+    """What ``write_zeek_tables`` reads (a row per run of a message's records, handed to
+    the task a few rows at a time) stages the very rows a stream of a row a record does:
+    each record with its own position, its log's columns and its day."""
+    if name == "zmq":
+        messages = [
+            (LOG_TOPIC_PREFIX + read_header(f[3]).stream, f[3]) for f in zmq_messages(ZMQ_LOGS)
+        ]
+    else:
+        messages = recording(name).data
+    staged = {}
+    for runs, step in ((False, 50), (True, 3)):
+        folder = tmp_path / str(runs)
+        stager = _Stager(str(folder), 0, KEPT_METADATA, "nested", "9.1", "UTC")
+        rows = _stream_rows(messages, runs=runs)
+        for start in range(0, rows.num_rows, step):
+            stager.take(rows.slice(start, step))
+        report = stager.finish().to_pylist()
+        assert all(r["error"] is None for r in report), report
+        staged[runs] = (
+            {(r["path"], r["schema_id"]): r["rows"] for r in report},
+            {
+                k: sorted(v, key=lambda r: (r["offset"], r["record"]))
+                for k, v in _staged(folder).items()
+            },
+        )
+    assert staged[True] == staged[False]
+    assert sum(staged[True][0].values()) == sum(len(v) for v in staged[True][1].values()) > 100
 
 
 def test_a_group_without_its_columns_is_left_to_the_driver(tmp_path) -> None:

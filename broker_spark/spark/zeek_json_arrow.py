@@ -95,9 +95,11 @@ def _ndjson(lines: pa.Array) -> pa.Buffer:
 
 
 def parse_lines(
-    lines: pa.Array, schema: LogSchema, columns: str = "nested"
+    lines: pa.Array, schema: LogSchema, columns: str = "nested", records: int | None = None
 ) -> tuple[list[str], list[pa.Array]]:
     """The log's top-level column names and arrays for ``lines`` (Zeek JSON, no nulls).
+    ``records``: how many records the lines hold, when a value holds several lines
+    (runs of records: :mod:`~broker_spark.spark.log_line_runs`); None: one each.
 
     Raises ``pyarrow.ArrowInvalid`` for lines Arrow's reader does not take as the
     schema says, and ``ValueError`` for a null line or a row count that does not
@@ -106,10 +108,10 @@ def parse_lines(
         raise ValueError(f"columns must be nested or flat, not {columns!r}")
     if lines.null_count:
         raise ValueError("a null line")
-    n = len(lines)
+    n = len(lines) if records is None else records
     types = {f.name: f.zeek_type for f in schema.fields}
     explicit = pa.schema([(f.name, _json_type(f.zeek_type)) for f in schema.fields])
-    if n:
+    if len(lines):
         data = _ndjson(lines)
         table = pj.read_json(
             pa.BufferReader(data),

@@ -39,7 +39,8 @@ import pyarrow.compute as pc
 from broker_spark.columnar.record_batches import RecordConversionError, unpack_columns
 from broker_spark.columnar.strided import _bin_header, _text_header
 from broker_spark.errors import DecodeError
-from broker_spark.spark.zeek_schema import LogColumns
+from broker_spark.spark.log_line_runs import join_runs, run_starts
+from broker_spark.spark.zeek_schema import RECORDS, LogColumns
 from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
 from broker_spark.zeek.log_lines import group_lines
@@ -310,20 +311,38 @@ class LogConverter:
         }
         placed = {"_path", "record", "log_schema_id", "log_schema"}  # the pieces' order
         by_role = {name: role for role, name in self.columns.roles.items()}
+        runs = None
+        if RECORDS in self.columns.roles:  # a row per run of a log's records in a message
+            groups = np.concatenate([np.full(len(p.order), i) for i, p in enumerate(pieces)])
+            lines = column("log", pa.string())
+            runs = run_starts(
+                arrange([messages]).to_numpy(zero_copy_only=False),
+                arrange([pa.array(groups)]).to_numpy(zero_copy_only=False),
+                lines.is_valid().to_numpy(zero_copy_only=False),
+            )
+            joined, counts = join_runs(lines, runs)
+            meta[RECORDS] = lambda: pa.array(counts)
+            placed.add(RECORDS)
         arrays = []
         for f in self.schema:
             role = by_role.get(f.name)
             if role == "log":
-                arrays.append(column("log", f.type))
-            elif role is not None:
+                arrays.append(_as(joined, f.type) if runs is not None else column("log", f.type))
+                continue
+            if role is None:
+                values = self._field(f, "", pieces, arrange)
+            elif role == RECORDS:
+                arrays.append(_as(meta[role](), f.type))
+                continue
+            else:
                 values = meta[role]()
                 if role in placed:
                     values = arrange([values])
                 elif perm is not None:
                     values = pc.take(values, perm)
-                arrays.append(_as(values, f.type))
-            else:
-                arrays.append(self._field(f, "", pieces, arrange))
+            if runs is not None:  # a run's first record's values
+                values = values.take(pa.array(runs))
+            arrays.append(_as(values, f.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _field(self, f: pa.Field, prefix: str, pieces: list[_Piece], arrange: Any) -> pa.Array:

@@ -49,6 +49,7 @@ __all__ = [
     "GENERIC_LOG_FIELDS",
     "LOG_METADATA",
     "LogColumns",
+    "RECORDS",
     "generic_log_schema",
     "log_schema_for",
     "metadata_names",
@@ -72,8 +73,13 @@ RELAY_METADATA = "relay"
 #: log's columns in force for the record (``log_schema_id``, a short id on every row;
 #: ``log_schema``, the columns as JSON on the first row of each id in a partition): what
 #: turns a stream of ``_path``/``log`` rows into a typed table per log whose columns
-#: follow Zeek (:mod:`~broker_spark.spark.zeek_tables`).
-OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema")
+#: follow Zeek (:mod:`~broker_spark.spark.zeek_tables`). And ``records`` (``_path``/``log``
+#: rows only): asking for it makes each row hold a run of records of one log in one
+#: message, ``log`` their JSON lines joined by newlines (as in Zeek's own JSON log files),
+#: ``record`` the first's index and ``records`` how many (:data:`RECORDS`).
+OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema", "records")
+#: The role of the column that makes ``_path``/``log`` rows hold runs of records.
+RECORDS = "records"
 
 _METADATA_TYPES: dict[str, DataType] = {
     "_path": StringType(),
@@ -85,6 +91,7 @@ _METADATA_TYPES: dict[str, DataType] = {
     "relay": StringType(),
     "log_schema_id": StringType(),
     "log_schema": StringType(),
+    "records": LongType(),
     "log": StringType(),
 }
 
@@ -247,6 +254,10 @@ class LogColumns:
         top = {n.partition(".")[0] for n in known} | set(known)
         by_name = {name: role for role, name in metadata_names(sorted(top)).items()}
         by_name.setdefault("log", "log")
+        if not any(by_name.get(f.name) == "log" for f in schema.fields):
+            # typed columns: ``records`` counts the lines of a log column, so here it is
+            # a column of the log's own (a site's log may have one)
+            by_name = {name: role for name, role in by_name.items() if role != RECORDS}
         roles: dict[str, str] = {}
         leaves: list[str] = []
         for f in schema.fields:

@@ -8,8 +8,10 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
 
 * the stream's rows are Zeek's JSON lines (``_path``, ``log``) with the log's
   columns in force for each record (``log_schema_id``, ``log_schema``: from
-  Zeek's LogCreate, or a ZeroMQ batch's header), so each micro-batch is split by
-  log and by columns, and each part parsed into the log's typed, nested columns
+  Zeek's LogCreate, or a ZeroMQ batch's header), a row per run of a message's
+  records of one log (``records``: :mod:`~broker_spark.spark.log_line_runs`,
+  so Spark moves a row per Zeek Batch, not per record), so each micro-batch is
+  split by log and by columns, and each part parsed into the log's typed, nested columns
   (:func:`~broker_spark.spark.zeek_schema.parse_zeek_json`) and written to its
   table, with the row's position (``offset``, ``record``, and ``relay`` when
   read from relays) and a ``day`` column (the day of ``ts`` in the session's
@@ -32,8 +34,10 @@ writes each log's Parquet files under the checkpoint
 own parse and writer), then the driver moves each table's files in. A group of
 rows Arrow's reader refuses (a count past 2^63), or whose columns clash with
 its table, is taken from the batch by Spark instead. Delta and the other
-formats: the batch is cached, and each table's rows are parsed by Spark
-(``from_json``) and written by Spark's writer.
+formats: the batch is split into a row a record (:func:`each_record`) and cached,
+and each table's rows are parsed by Spark (``from_json``) and written by Spark's
+writer. :class:`ZeekTables` also takes a stream of a row a record
+(``table_input_schema()``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Any
 from broker_spark.spark.zeek_schema import (
     GENERIC_LOG_FIELDS,
     OPTIONAL_METADATA,
+    RECORDS,
     RELAY_METADATA,
     generic_log_schema,
     metadata_names,
@@ -73,7 +78,13 @@ from broker_spark.spark.zeek_tables_stage import (
 )
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
-__all__ = ["ZeekTableError", "ZeekTables", "table_input_schema", "write_zeek_tables"]
+__all__ = [
+    "ZeekTableError",
+    "ZeekTables",
+    "each_record",
+    "table_input_schema",
+    "write_zeek_tables",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +97,28 @@ STATE = "_zeek_tables"
 #: Spark settings the writes of a batch run with (the session's own are put back after):
 #: each JSON line parsed once (Spark's JSON expression optimizer otherwise gives every
 #: column read from ``from_json`` a parse of its own: a conn line parsed 22 times, 3x
-#: slower end to end), and a batch's rows written into their day's files as they come
-#: instead of sorted by day first (a batch spans a day or two).
+#: slower end to end), a batch's rows written into their day's files as they come
+#: instead of sorted by day first (a batch spans a day or two), and the stage job's
+#: rows handed to its tasks 64 at a time: a row is a run of up to a message's records
+#: (hundreds of lines), and Spark's 10,000 rows would be gigabytes in one Arrow batch.
 WRITE_SETTINGS = {
     "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
     "spark.sql.maxConcurrentOutputFileWriters": "16",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "64",
 }
 
 
-def table_input_schema() -> Any:
+def table_input_schema(runs: bool = False) -> Any:
     """What the stream must hold: ``_path``, ``log`` and the metadata, with the columns in
-    force for each record (``log_schema_id``, ``log_schema``) and ``relay``."""
-    from pyspark.sql.types import StringType, StructField, StructType
+    force for each record (``log_schema_id``, ``log_schema``) and ``relay``; ``runs``: and
+    ``records``, so that a row holds a run of a message's records of one log
+    (:mod:`~broker_spark.spark.log_line_runs`: what :func:`write_zeek_tables` reads)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     fields = list(generic_log_schema(relay=True).fields)
-    fields += [StructField(name, StringType(), True) for name in OPTIONAL_METADATA[1:]]
+    fields += [StructField(name, StringType(), True) for name in ("log_schema_id", "log_schema")]
+    if runs:
+        fields.append(StructField(RECORDS, LongType(), True))
     return StructType(fields)
 
 
@@ -117,8 +135,7 @@ class ZeekTables:
     transaction log and must stay the same across restarts (the checkpoint's
     path does). ``zeek_version`` picks the built-in columns of Zeek's standard
     logs ("9.1", "9.0", "8.0") for a log the stream has not described.
-    ``parallel`` tables are written at once by Spark's writer (Delta, formats other than
-    Parquet; 1: one after the other).
+    ``parallel`` tables are committed at once (1: one after the other).
     """
 
     checkpoint: str
@@ -161,16 +178,29 @@ class ZeekTables:
         moves each table's files in (Spark writes only the groups Arrow did not take)."""
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
         groups = self._stage(batch, folder, zone)
+        records = each_record(batch)  # what Spark writes, or quarantines, a record a row
         by_table: dict[str, dict[str, list[str]]] = {}
         for (path, sid), group in sorted(groups.items()):
             if group.schema is not None and sid not in self._schemas:
                 self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
             by_table.setdefault(self._table_of(path), {}).setdefault(path, []).append(sid)
-        quarantined: list[Any] = []
-        for name in sorted(by_table):
-            quarantined += self._write_table(batch, name, by_table[name], batch_id, groups, folder)
+        quarantined = self._each_table(
+            sorted(by_table),
+            lambda name: self._write_table(records, name, by_table[name], batch_id, groups, folder),
+        )
         self._quarantine(batch.sparkSession, quarantined, batch_id)
         shutil.rmtree(folder, ignore_errors=True)
+
+    def _each_table(self, names: list[str], write: Callable[[str], list[Any]]) -> list[Any]:
+        """``write`` each table (``parallel`` at once: a table's commit is mostly catalog
+        calls and Spark jobs that wait); the rows they leave for the quarantine."""
+        workers = min(self.parallel, len(names))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="zeek-tables") as pool:
+                found = list(pool.map(write, names))
+        else:
+            found = [write(name) for name in names]
+        return [row for part in found for row in part]
 
     def _table_of(self, path: str) -> str:
         """The table of log ``path`` (two paths may make one name: ``a_b``, ``a-b``)."""
@@ -197,7 +227,8 @@ class ZeekTables:
             time_zone=zone,
             known={sid: json.dumps(schema.to_json()) for sid, schema in self._schemas.items()},
         )
-        columns = ("_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA)
+        columns = ["_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA]
+        columns += [RECORDS] if RECORDS in batch.columns else []
         groups: dict[tuple[str, str], StagedGroup] = {}
         for row in batch.select(*columns).mapInArrow(run, REPORT_SCHEMA).collect():
             key = (row["path"], row["schema_id"])  # a group of each task that held its rows
@@ -220,23 +251,16 @@ class ZeekTables:
         """Delta and the other formats: Spark parses and writes each table's rows."""
         # Kept for the batch's writes, each log's rows together: every table's write then
         # skips the cached blocks of the other logs (their _path range) instead of reading them.
-        df = batch.sortWithinPartitions("_path", "log_schema_id").persist()
+        df = each_record(batch).sortWithinPartitions("_path", "log_schema_id").persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
             for path, ids in self._learn(df).items():
                 by_table.setdefault(self._table_of(path), {})[path] = sorted(ids)
-            names = sorted(by_table)
-            workers = min(self.parallel, len(names))
-
-            def write(name: str) -> list[Any]:
-                return self._write_table(df, name, by_table[name], batch_id)
-
-            if workers > 1:  # each table's Spark jobs are mostly waiting: overlap them
-                with ThreadPoolExecutor(workers, thread_name_prefix="zeek-tables") as pool:
-                    found = list(pool.map(write, names))
-            else:
-                found = [write(name) for name in names]
-            self._quarantine(df.sparkSession, [r for part in found for r in part], batch_id)
+            quarantined = self._each_table(
+                sorted(by_table),
+                lambda name: self._write_table(df, name, by_table[name], batch_id),
+            )
+            self._quarantine(df.sparkSession, quarantined, batch_id)
         finally:
             df.unpersist()
 
@@ -385,6 +409,23 @@ class ZeekTables:
         return os.path.join(local_path(self.checkpoint), STATE)
 
 
+def each_record(df: Any) -> Any:
+    """A stream's rows one record each: runs of records (a ``records`` column) split into
+    their lines, each with its own ``record`` index (a row with no line stays one row)."""
+    from pyspark.sql import functions as F
+
+    if RECORDS not in df.columns:
+        return df
+    others = [c for c in df.columns if c not in ("log", "record", RECORDS)]
+    split = df.select(
+        *others,
+        F.col("record").alias("_first"),
+        F.posexplode_outer(F.split(F.col("log"), "\n")).alias("_i", "log"),
+    )
+    record = (F.col("_first") + F.coalesce(F.col("_i"), F.lit(0))).alias("record")
+    return split.select(*[record if c == "record" else c for c in df.columns if c != RECORDS])
+
+
 @contextmanager
 def _settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
     """The session with ``settings`` while the block runs, its own values after."""
@@ -491,7 +532,7 @@ def write_zeek_tables(
     Returns the running ``StreamingQuery``.
     """
     reader = source.option("format", "zeek-logs").option("zeekVersion", zeek_version)
-    reader = reader.schema(table_input_schema())
+    reader = reader.schema(table_input_schema(runs=True))
     if logs:
         reader = reader.option("logs", ",".join(logs))
     writer = ZeekTables(

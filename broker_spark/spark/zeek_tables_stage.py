@@ -5,7 +5,11 @@ Parquet files): one Spark job (``mapInArrow``) in which each task groups its
 rows by log and columns (``_path``, ``log_schema_id``), parses each group's JSON
 lines into the log's typed columns (:mod:`~broker_spark.spark.zeek_json_arrow`)
 and writes them, with the row's position and a ``day`` folder, under
-``<folder>/<log>/<schema id>/day=<day>/``. No cache, no sort, no JVM parse. The
+``<folder>/<log>/<schema id>/day=<day>/``. Rows may be runs of records (a
+``records`` column: a message's lines of one log joined by newlines, the form
+``write_zeek_tables`` reads): each record gets its own row and ``record`` index
+back (:func:`~broker_spark.spark.log_line_runs.run_positions`) as its group is
+parsed, and a group's size counts records. No cache, no sort, no JVM parse. The
 driver gets one report row per task and group (what was written, the columns'
 JSON, or why the group was not) and decides what goes into which table: a
 group whose columns clash with its table, or that Arrow would not parse, is
@@ -32,8 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from broker_spark.spark.log_line_runs import run_positions
 from broker_spark.spark.zeek_json_arrow import parse_lines
-from broker_spark.spark.zeek_schema import RELAY_METADATA, metadata_names
+from broker_spark.spark.zeek_schema import RECORDS, RELAY_METADATA, metadata_names
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
 __all__ = [
@@ -148,7 +153,7 @@ class _Stager:
                 ids.filter(where).to_pylist(), texts.filter(where).to_pylist(), strict=True
             ):
                 self.texts.setdefault(sid or "", text)
-        keep = batch.select(["log", *self.keep])
+        keep = batch.select(["log", *self.keep, *([RECORDS] if _runs_of(batch) else [])])
         key = pc.binary_join_element_wise(
             pc.fill_null(batch.column("_path"), ""),
             pc.fill_null(batch.column("log_schema_id"), ""),
@@ -171,11 +176,12 @@ class _Stager:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = _Group(path, sid)
-        group.rows += rows.num_rows
+        records = _record_count(rows)
+        group.rows += records
         if group.error is not None:
             return
         group.parts.append(rows)
-        group.held += rows.num_rows
+        group.held += records
         if group.held >= FLUSH_ROWS:
             self._flush(group)
 
@@ -197,19 +203,30 @@ class _Stager:
         if schema is None:  # the driver decides (no columns at all: the quarantine)
             group.error = "the log's columns are not known in this partition"
             return
-        rows = pa.Table.from_batches(parts)
+        rows = pa.Table.from_batches(parts).combine_chunks()
+        kept = {meta: rows.column(meta).combine_chunks() for meta in self.keep}
+        records = None
+        if RECORDS in rows.column_names:  # runs of records: each record its own row again
+            counts = rows.column(RECORDS).combine_chunks().to_numpy(zero_copy_only=False)
+            which, index = run_positions(counts)
+            records = len(which)
+            kept = {meta: values.take(pa.array(which)) for meta, values in kept.items()}
+            if "record" in kept:
+                firsts = kept["record"].to_numpy(zero_copy_only=False)
+                kept["record"] = pa.array(firsts + index, kept["record"].type)
         try:
-            names, arrays = parse_lines(rows.column("log").combine_chunks(), schema, self.columns)
+            lines = rows.column("log").combine_chunks()
+            names, arrays = parse_lines(lines, schema, self.columns, records)
         except (pa.ArrowException, ValueError) as exc:
             group.error = f"not read by Arrow's JSON reader: {exc}"
             return
         named = metadata_names(names, optional=(RELAY_METADATA,))
         for meta in self.keep:
             names.append(named[meta])
-            arrays.append(rows.column(meta).combine_chunks())
+            arrays.append(kept[meta])
         table = pa.Table.from_arrays(arrays, names=names)
         # the day of the record's time (a log of a site's own may have no ts: its arrival)
-        when = table.column("ts") if "ts" in schema.names else rows.column("received_at")
+        when = table.column("ts") if "ts" in schema.names else kept["received_at"]
         if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
             group.error = f"its ts is {when.type}, not a time"
             return
@@ -260,6 +277,17 @@ class _Stager:
                 "error": [g.error for g in groups],
             }
         )
+
+
+def _runs_of(batch: pa.RecordBatch) -> bool:
+    """Whether the rows are runs of records (a ``records`` column), not one record each."""
+    return RECORDS in batch.schema.names
+
+
+def _record_count(rows: pa.RecordBatch) -> int:
+    if RECORDS not in rows.schema.names:
+        return rows.num_rows
+    return int(pc.sum(rows.column(RECORDS)).as_py() or 0)
 
 
 def _runs(codes: np.ndarray) -> list[tuple[int, int, int]]:
