@@ -57,10 +57,19 @@ from broker_spark.spark.zeek_schema import (
     OPTIONAL_METADATA,
     RECORDS,
     RELAY_METADATA,
-    generic_log_schema,
     metadata_names,
     parse_zeek_json,
     zeek_log_schema,
+)
+from broker_spark.spark.zeek_table_columns import (
+    KEPT_METADATA,
+    clash_of,
+    each_record,
+    merged,
+    quarantine_rows,
+    table_input_schema,
+    table_types,
+    with_metadata,
 )
 from broker_spark.spark.zeek_table_markers import (
     MarkedTable,
@@ -88,9 +97,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The position and provenance columns every table row keeps, beside the log's own.
-POSITION = ("offset", "record", "relay")
-KEPT_METADATA = ("topic", "sender", "received_at", *POSITION)
 #: Folder (under the checkpoint) of the markers and staged files of non-Delta tables.
 STATE = "_zeek_tables"
 
@@ -106,20 +112,6 @@ WRITE_SETTINGS = {
     "spark.sql.maxConcurrentOutputFileWriters": "16",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "64",
 }
-
-
-def table_input_schema(runs: bool = False) -> Any:
-    """What the stream must hold: ``_path``, ``log`` and the metadata, with the columns in
-    force for each record (``log_schema_id``, ``log_schema``) and ``relay``; ``runs``: and
-    ``records``, so that a row holds a run of a message's records of one log
-    (:mod:`~broker_spark.spark.log_line_runs`: what :func:`write_zeek_tables` reads)."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    fields = list(generic_log_schema(relay=True).fields)
-    fields += [StructField(name, StringType(), True) for name in ("log_schema_id", "log_schema")]
-    if runs:
-        fields.append(StructField(RECORDS, LongType(), True))
-    return StructType(fields)
 
 
 @dataclass
@@ -315,7 +307,7 @@ class ZeekTables:
         spark = df.sparkSession
         if self._format(spark) != "delta":
             self._marked(spark, name).attach()
-        present = _table_types(spark, name)
+        present = table_types(spark, name)
         typed: list[Any] = []
         roots: list[tuple[str, str]] = []
         fields: dict[str, Any] = {}
@@ -324,17 +316,17 @@ class ZeekTables:
             schema = self._schemas.get(sid) or standard_schema(path, self.zeek_version)
             rows = df.where((F.col("_path") == path) & (F.col("log_schema_id") == sid))
             if schema is None:  # nothing says what its columns are
-                quarantined.append(_quarantined(rows, "no schema is known for this log"))
+                quarantined.append(quarantine_rows(rows, "no schema is known for this log"))
                 continue
             columns = zeek_log_schema(schema, self.columns, metadata=False)
-            clash = _clash(present, columns)
+            clash = clash_of(present, columns)
             if clash:
                 self._clashes.add(f"log {path} into {name}: {clash}")
-                quarantined.append(_quarantined(rows, clash))
+                quarantined.append(quarantine_rows(rows, clash))
                 continue
             group = staged.get((path, sid)) if staged is not None else None
             if group is not None and group.error is None:
-                out = _with_metadata(columns)
+                out = with_metadata(columns)
                 tag = f"{safe_name(path)}-{sid or '_'}"
                 roots.append((tag, os.path.join(folder, safe_name(path), sid or "_")))
             else:
@@ -345,7 +337,7 @@ class ZeekTables:
                 out = parsed.schema
             for f in out.fields:
                 fields.setdefault(f.name, f)
-            present = _merged(present, out)
+            present = merged(present, out)
         if typed or roots:
             written = typed[0] if typed else None
             for more in typed[1:]:
@@ -409,23 +401,6 @@ class ZeekTables:
         return os.path.join(local_path(self.checkpoint), STATE)
 
 
-def each_record(df: Any) -> Any:
-    """A stream's rows one record each: runs of records (a ``records`` column) split into
-    their lines, each with its own ``record`` index (a row with no line stays one row)."""
-    from pyspark.sql import functions as F
-
-    if RECORDS not in df.columns:
-        return df
-    others = [c for c in df.columns if c not in ("log", "record", RECORDS)]
-    split = df.select(
-        *others,
-        F.col("record").alias("_first"),
-        F.posexplode_outer(F.split(F.col("log"), "\n")).alias("_i", "log"),
-    )
-    record = (F.col("_first") + F.coalesce(F.col("_i"), F.lit(0))).alias("record")
-    return split.select(*[record if c == "record" else c for c in df.columns if c != RECORDS])
-
-
 @contextmanager
 def _settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
     """The session with ``settings`` while the block runs, its own values after."""
@@ -440,68 +415,6 @@ def _settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-# --- columns and clashes -------------------------------------------------------------------------
-
-
-def _table_types(spark: Any, name: str) -> dict[str, Any]:
-    if not spark.catalog.tableExists(name):
-        return {}
-    return {f.name: f.dataType for f in spark.table(name).schema.fields}
-
-
-def _clash(present: dict[str, Any], log_columns: Any) -> str:
-    """Why the log's columns cannot go into a table of ``present`` columns ("" if they can)."""
-    for f in log_columns.fields:
-        old = present.get(f.name)
-        if old is not None and not _fits(old, f.dataType):
-            return (
-                f"column {f.name} is {f.dataType.simpleString()} in the log and "
-                f"{old.simpleString()} in the table"
-            )
-    return ""
-
-
-def _fits(table: Any, log_type: Any) -> bool:
-    """Whether values of ``log_type`` go into a column of ``table`` type: the same, or a struct
-    that gained fields (Zeek records grow)."""
-    from pyspark.sql.types import StructType
-
-    if isinstance(table, StructType) and isinstance(log_type, StructType):
-        mine = {f.name: f.dataType for f in table.fields}
-        return all(f.name not in mine or _fits(mine[f.name], f.dataType) for f in log_type.fields)
-    return table == log_type
-
-
-def _with_metadata(columns: Any) -> Any:
-    """A log's columns followed by the metadata each row keeps, named as beside them."""
-    from pyspark.sql.types import StructField, StructType
-
-    types = {f.name: f.dataType for f in table_input_schema().fields}
-    named = metadata_names(columns.names, optional=(RELAY_METADATA,))
-    kept = [StructField(named[m], types[m], True) for m in KEPT_METADATA]
-    return StructType([*columns.fields, *kept])
-
-
-def _merged(present: dict[str, Any], schema: Any) -> dict[str, Any]:
-    out = dict(present)
-    for f in schema.fields:
-        out.setdefault(f.name, f.dataType)
-    return out
-
-
-def _quarantined(rows: Any, reason: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return rows.select(
-        F.col("_path").alias("log"),
-        F.col("log").alias("line"),
-        *POSITION,
-        "received_at",
-        F.lit(reason).alias("reason"),
-        F.to_date(F.col("received_at")).alias(DAY),
-    )
 
 
 # --- the query ------------------------------------------------------------------------------------
