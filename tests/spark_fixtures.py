@@ -220,6 +220,9 @@ def replay_logs(
         )
 
     wait_for(lambda: subscribed() >= len(queries), 60, "the readers' subscriptions")
+    # and each query past its first batch: its reader is the one Spark runs from then on
+    # (a loaded machine can show a subscription before the query's own reader has one)
+    wait_for(lambda: all(q.recentProgress for q in session.streams.active), 60, "the first batches")
     endpoint.publish_encoded(messages)
     for table, expected in queries.items():
         seen = [0]
@@ -234,6 +237,8 @@ def replay_logs(
             progress = [
                 (q.name, [p.numInputRows for p in q.recentProgress]) for q in session.streams.active
             ]
+            peers = {p: sorted(map(str, f)) for p, f in endpoint._core.peer_filters().items()}
             raise AssertionError(
-                f"{seen[0]} of {expected} rows in {table} after 120 s; the queries' batches: {progress}"
+                f"{seen[0]} of {expected} rows in {table} after 120 s; the queries' batches: "
+                f"{progress}; the hub's peers then: {peers} (before: {sorted(before)})"
             ) from None
