@@ -321,8 +321,6 @@ class LogConverter:
                 lines.is_valid().to_numpy(zero_copy_only=False),
             )
             joined, counts = join_runs(lines, runs)
-            meta[RECORDS] = lambda: pa.array(counts)
-            placed.add(RECORDS)
         arrays = []
         for f in self.schema:
             role = by_role.get(f.name)
@@ -332,7 +330,7 @@ class LogConverter:
             if role is None:
                 values = self._field(f, "", pieces, arrange)
             elif role == RECORDS:
-                arrays.append(_as(meta[role](), f.type))
+                arrays.append(_as(pa.array(counts), f.type))
                 continue
             else:
                 values = meta[role]()

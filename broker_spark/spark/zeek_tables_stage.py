@@ -153,7 +153,8 @@ class _Stager:
                 ids.filter(where).to_pylist(), texts.filter(where).to_pylist(), strict=True
             ):
                 self.texts.setdefault(sid or "", text)
-        keep = batch.select(["log", *self.keep, *([RECORDS] if _runs_of(batch) else [])])
+        runs = [RECORDS] if RECORDS in batch.schema.names else []  # rows of runs of records
+        keep = batch.select(["log", *self.keep, *runs])
         key = pc.binary_join_element_wise(
             pc.fill_null(batch.column("_path"), ""),
             pc.fill_null(batch.column("log_schema_id"), ""),
@@ -203,7 +204,7 @@ class _Stager:
         if schema is None:  # the driver decides (no columns at all: the quarantine)
             group.error = "the log's columns are not known in this partition"
             return
-        rows = pa.Table.from_batches(parts).combine_chunks()
+        rows = pa.Table.from_batches(parts)
         kept = {meta: rows.column(meta).combine_chunks() for meta in self.keep}
         records = None
         if RECORDS in rows.column_names:  # runs of records: each record its own row again
@@ -279,12 +280,8 @@ class _Stager:
         )
 
 
-def _runs_of(batch: pa.RecordBatch) -> bool:
-    """Whether the rows are runs of records (a ``records`` column), not one record each."""
-    return RECORDS in batch.schema.names
-
-
 def _record_count(rows: pa.RecordBatch) -> int:
+    """The records ``rows`` hold: a row each, or a run each (a ``records`` column)."""
     if RECORDS not in rows.schema.names:
         return rows.num_rows
     return int(pc.sum(rows.column(RECORDS)).as_py() or 0)
