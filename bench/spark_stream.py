@@ -57,6 +57,7 @@ as JSON instead of a Markdown table.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import datetime as dt
 import json
@@ -296,9 +297,14 @@ def _session() -> Any:
     )
     from pyspark.sql import SparkSession
 
+    # the catalog's warehouse in a directory of the run's own (Spark's default is
+    # ./spark-warehouse, left behind in whatever directory the bench ran from)
+    warehouse = tempfile.mkdtemp(prefix="bench-warehouse-")
+    atexit.register(shutil.rmtree, warehouse, True)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("broker-spark-bench")
+        .config("spark.sql.warehouse.dir", warehouse)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
