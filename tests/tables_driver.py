@@ -43,7 +43,7 @@ def main() -> None:
         .option("ssl.disable", "true")
         .option("startingOffsets", "earliest")
         .option("format", "zeek-logs")
-        .schema(table_input_schema(runs=True))  # as write_zeek_tables reads
+        .schema(table_input_schema(messages=True))  # as write_zeek_tables reads
         .load()
         .writeStream.foreachBatch(tables)
         .option("checkpointLocation", checkpoint)

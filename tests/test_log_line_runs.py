@@ -47,8 +47,12 @@ def _sources() -> dict[str, list[Message]]:
 SOURCES = _sources()
 
 
-def _rows(messages: list[Message], runs: bool, first: int = 0, schemas=()) -> pa.RecordBatch:
-    schema = table_input_schema(runs=runs)
+def _rows(
+    messages: list[Message], runs: bool, first: int = 0, schemas=(), as_bytes: bool = False
+) -> pa.RecordBatch:
+    """The reader's rows of ``messages`` (at offsets from ``first``): a row a record, runs
+    of JSON lines (``runs``), or messages' bytes (``as_bytes``)."""
+    schema = table_input_schema(runs=runs, messages=as_bytes)
     conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()), schemas=schemas)
     return conv.convert(
         [t for t, _p, _s in messages],
@@ -118,10 +122,9 @@ def test_any_interleaving_and_any_cut_gives_the_same_records(case) -> None:
         _same_records(messages[lo:hi], lo, history.snapshot(lo))
 
 
-def test_a_message_of_several_logs_and_a_broken_record_make_runs_apart() -> None:
-    """A Batch holding records of two logs (a, b, a, a) and a record that does not decode:
-    each log's records that follow each other are a run; the broken one is a run alone
-    (its line null), so the ones around it keep their own indexes."""
+def two_logs_and_a_broken_record() -> tuple[list[Message], LogSchema]:
+    """A Batch holding records of two logs (a, b, a, a) and a record of a that does not
+    decode, after the two logs' LogCreates; and a's schema."""
     a = LogSchema("A::LOG", "a", (LogField.of("n", "count"),))
     b = LogSchema("B::LOG", "b", (LogField.of("n", "count"),))
     good = [LogWrite.of(a, [Count(i)]) for i in range(5)]
@@ -132,6 +135,14 @@ def test_a_message_of_several_logs_and_a_broken_record_make_runs_apart() -> None
         ("zeek/logs/B::LOG", encode(LogCreate.of(b)), "zeek"),
         ("zeek/logs/A::LOG", encode(batch), "zeek"),
     ]
+    return messages, a
+
+
+def test_a_message_of_several_logs_and_a_broken_record_make_runs_apart() -> None:
+    """A Batch holding records of two logs (a, b, a, a) and a record that does not decode:
+    each log's records that follow each other are a run; the broken one is a run alone
+    (its line null), so the ones around it keep their own indexes."""
+    messages, _a = two_logs_and_a_broken_record()
     runs = _same_records(messages)
     got = [(r["_path"], r["record"], r["records"], r["log"]) for r in runs.to_pylist()]
     assert got == [

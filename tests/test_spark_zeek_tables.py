@@ -54,13 +54,14 @@ def batch_of(
     spark: Any,  # noqa: F811
     messages: list[tuple[str, bytes, str]],
     first: int = 0,
-    runs: bool = True,
+    shape: str = "messages",
 ) -> Any:
     """A micro-batch of the stream, as its partitions hold these messages at ``first`` on:
     two partitions, each converted as an executor converts its own (with the log schemas
-    in force at its first offset, as the reader plans them). ``runs``: a row per run of a
-    message's records of one log, as ``write_zeek_tables`` reads (else a row a record)."""
-    schema = table_input_schema(runs=runs)
+    in force at its first offset, as the reader plans them). ``shape``: ``messages``, a row
+    per log of a message holding its bytes, as ``write_zeek_tables`` reads; ``runs``, a row
+    per run of a message's records of one log as JSON lines; ``records``, a row a record."""
+    schema = table_input_schema(runs=shape != "records", messages=shape == "messages")
     history = LogSchemaHistory()
     history.observe(first, [(t, p, s) for t, p, s in messages])
     n = len(messages)
@@ -276,13 +277,14 @@ def test_a_log_column_named_like_the_metadata_keeps_its_name(spark, db, tmp_path
     assert got == [(f"sensors/{i}", 7 + i, "zeek/logs/Conn::LOG") for i in range(3)]
 
 
-@pytest.mark.parametrize("runs", [True, False], ids=["runs", "a-row-a-record"])
-def test_rows_arrow_does_not_read_are_written_by_spark(spark, db, tmp_path, caplog, runs) -> None:  # noqa: F811
-    """A count past 2^63 (Zeek's counts are unsigned; Spark's longs are not): Arrow's reader
-    refuses the group, so Spark's own parse writes it, as it always did (the value null),
-    beside the groups the tasks wrote, in the one commit of the batch. Whether the stream's
-    rows are runs of records (what ``write_zeek_tables`` reads) or a record each (a stream
-    of the user's own handed to ``ZeekTables``), each record keeps its own position."""
+@pytest.mark.parametrize("shape", ["messages", "runs", "records"])
+def test_rows_the_tasks_refuse_are_written_by_spark(spark, db, tmp_path, caplog, shape) -> None:  # noqa: F811
+    """A count past 2^63 (Zeek's counts are unsigned; Spark's longs are not): the task's
+    decode (or Arrow's JSON reader) refuses the group, so Spark's own parse writes it from
+    the records' JSON lines, as it always did (the value null), beside the groups the tasks
+    wrote, in the one commit of the batch. Whether the stream's rows are messages' bytes
+    (what ``write_zeek_tables`` reads), runs of JSON lines or a record each (a stream of the
+    user's own handed to ``ZeekTables``), each record keeps its own position."""
     caplog.set_level(logging.INFO, logger="broker_spark.spark.zeek_tables")
     big = LogSchema("Big::LOG", "big", (LogField.of("n", "count"), LogField.of("i", "int")))
     small = LogSchema("Small::LOG", "small", (LogField.of("n", "count"),))
@@ -294,8 +296,8 @@ def test_rows_arrow_does_not_read_are_written_by_spark(spark, db, tmp_path, capl
             (f"zeek/logs/{schema.stream}", encode(Batch(*rows)), "zeek"),
         ]
     tables = writer(db, tmp_path)
-    tables(batch_of(spark, messages, runs=runs), 0)
-    tables(batch_of(spark, messages, runs=runs), 0)  # run again: nothing added
+    tables(batch_of(spark, messages, shape=shape), 0)
+    tables(batch_of(spark, messages, shape=shape), 0)  # run again: nothing added
     got = {(r.n, r.i, r.offset, r.record) for r in spark.table(f"{db}.big").collect()}
     assert got == {(None, 1, 1, 0), (5, 2, 1, 1)} and spark.table(f"{db}.big").count() == 2
     assert [r.n for r in spark.table(f"{db}.small").collect()] == [7]

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -158,8 +159,10 @@ def test_lines_arrow_does_not_take_are_refused_whole() -> None:
     assert names == ["n"] and len(n) == 0
 
 
-def _stream_rows(messages, first: int = 0, runs: bool = False) -> pa.RecordBatch:
-    schema = table_input_schema(runs=runs)
+def _stream_rows(
+    messages, first: int = 0, runs: bool = False, as_bytes: bool = False
+) -> pa.RecordBatch:
+    schema = table_input_schema(runs=runs, messages=as_bytes)
     conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()))
     n = len(messages)
     return conv.convert(
@@ -222,8 +225,9 @@ def test_a_task_stages_each_log_and_day_apart_and_again_the_same(tmp_path, monke
 
 @pytest.mark.parametrize("name", [*LOG_RECORDINGS, "zmq"])
 def test_runs_of_records_stage_the_same_rows_as_a_row_a_record(tmp_path, name) -> None:
-    """What ``write_zeek_tables`` reads (a row per run of a message's records, handed to
-    the task a few rows at a time) stages the very rows a stream of a row a record does:
+    """What ``write_zeek_tables`` reads (a row per log of a message, holding its bytes,
+    decoded typed by the task), and runs of a message's records as JSON lines, handed to
+    the task a few rows at a time, stage the very rows a stream of a row a record does:
     each record with its own position, its log's columns and its day."""
     if name == "zmq":
         messages = [
@@ -232,23 +236,45 @@ def test_runs_of_records_stage_the_same_rows_as_a_row_a_record(tmp_path, name) -
     else:
         messages = recording(name).data
     staged = {}
-    for runs, step in ((False, 50), (True, 3)):
-        folder = tmp_path / str(runs)
+    for shape, step in (("records", 50), ("runs", 3), ("messages", 3), ("mixed", 1)):
+        folder = tmp_path / shape
         stager = _Stager(str(folder), 0, KEPT_METADATA, "nested", "9.1", "UTC")
-        rows = _stream_rows(messages, runs=runs)
+        rows = _stream_rows(messages, runs=shape != "records", as_bytes=shape == "messages")
+        if shape == "mixed":  # even messages as bytes, odd ones as lines (message null)
+            rows = _mixed(
+                _stream_rows(messages, runs=True, as_bytes=True),
+                _stream_rows(messages, runs=True),
+            )
         for start in range(0, rows.num_rows, step):
             stager.take(rows.slice(start, step))
         report = stager.finish().to_pylist()
         assert all(r["error"] is None for r in report), report
-        staged[runs] = (
+        staged[shape] = (
             {(r["path"], r["schema_id"]): r["rows"] for r in report},
             {
                 k: sorted(v, key=lambda r: (r["offset"], r["record"]))
                 for k, v in _staged(folder).items()
             },
         )
-    assert staged[True] == staged[False]
-    assert sum(staged[True][0].values()) == sum(len(v) for v in staged[True][1].values()) > 100
+    for shape in ("runs", "messages", "mixed"):
+        assert staged[shape] == staged["records"], shape
+    assert sum(staged["records"][0].values()) == sum(len(v) for v in staged["records"][1].values())
+    assert sum(staged["records"][0].values()) > 100
+
+
+def _mixed(as_bytes: pa.RecordBatch, as_lines: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows of even offsets as bytes, of odd ones as lines, in offset order."""
+    even = pc.equal(pc.bit_wise_and(as_bytes.column("offset"), 1), 0)
+    odd = pc.equal(pc.bit_wise_and(as_lines.column("offset"), 1), 1)
+    lines = as_lines.filter(odd)
+    lines = pa.RecordBatch.from_arrays(
+        [*lines.columns, pa.nulls(lines.num_rows, pa.binary())], schema=as_bytes.schema
+    )
+    table = pa.Table.from_batches([as_bytes.filter(even), lines])
+    table = table.take(pc.sort_indices(table, [("offset", "ascending")]))
+    (batch,) = table.combine_chunks().to_batches()
+    assert 0 < lines.num_rows < batch.num_rows and batch.column("message").null_count
+    return batch
 
 
 def test_a_group_without_its_columns_is_left_to_the_driver(tmp_path) -> None:

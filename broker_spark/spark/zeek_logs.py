@@ -12,7 +12,11 @@ inside it update them as they come), decodes each group column by column
   schema lacks is null, so a LogCreate that changes a log's columns leaves
   the query's rows whole: old ones keep their values, new columns of the log
   are dropped, missing ones are null;
-* generic (``_path``, ``log``): each record as Zeek's JSON line.
+* generic (``_path``, ``log``): each record as Zeek's JSON line; with a
+  ``records`` column, a row per run of a message's records of one log
+  (:mod:`~broker_spark.spark.log_line_runs`); with ``records`` and ``message``,
+  a row per log of a message holding the message's bytes, nothing decoded
+  (:mod:`~broker_spark.spark.log_messages`: what the tables writer reads).
 
 A record whose LogCreate was not seen takes the names of the log's known
 schema (built-in or learned at start) when its values have that layout, and
@@ -24,12 +28,9 @@ both of these fail the query, naming the offset.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,9 @@ from broker_spark.columnar.record_batches import RecordConversionError, unpack_c
 from broker_spark.columnar.strided import _bin_header, _text_header
 from broker_spark.errors import DecodeError
 from broker_spark.spark.log_line_runs import join_runs, run_starts
-from broker_spark.spark.zeek_schema import RECORDS, LogColumns
+from broker_spark.spark.log_messages import message_rows
+from broker_spark.spark.log_schema_ids import repeated_text, schema_id, schema_texts
+from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, LogColumns
 from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
 from broker_spark.zeek.log_lines import group_lines
@@ -48,7 +51,7 @@ from broker_spark.zeek.log_scan import LogGroup, LogScanner
 from broker_spark.zeek.record import decode_values
 from broker_spark.zeek.schema import LogSchema, SchemaRegistry, standard_schema
 
-__all__ = ["CHUNK_RECORDS", "LogConverter"]
+__all__ = ["CHUNK_RECORDS", "LogConverter", "schema_id"]
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +164,17 @@ class LogConverter:
         groups = scanner.take_groups()
         if not groups:
             return _empty(self.schema)
+        # messages' bytes, decoded later; FAILFAST decodes here, to fail on a broken record
+        if self.columns.generic and MESSAGE in self.columns.roles and not self.strict:
+            schemas = [self._names_for(group) for group in groups]
+            fields = {"topic": topics, "sender": senders, "received": received, "offset": offsets}
+            rows = message_rows(
+                groups, schemas, data, (starts, ends), fields, self.schema, self.columns.roles,
+                self.relay,
+            )  # fmt: skip
+            if rows is not None:  # else a message holds a log under two schemas: runs of lines
+                self.unnamed += sum(len(g.starts) for g in groups if g.schema is None)
+                return rows
         buf = padded(data, ends[-1] if ends else 0)
         pieces: list[_Piece] = []
         for group in groups:
@@ -303,11 +317,14 @@ class LogConverter:
             "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
             "record": lambda: _record_index(pieces),
             "log_schema_id": lambda: pa.concat_arrays(
-                [_repeated(schema_id(p.schema), len(p.order)) for p in pieces]
+                [repeated_text(schema_id(p.schema), len(p.order)) for p in pieces]
             ),
             "log_schema": lambda: pa.concat_arrays([_first_only(p) for p in pieces]),
             "relay": lambda: pa.repeat(pa.scalar(self.relay, pa.string()), len(messages)),
-            "_path": lambda: pa.concat_arrays([_repeated(p.path, len(p.order)) for p in pieces]),
+            MESSAGE: lambda: pa.nulls(len(messages), pa.binary()),  # lines, not bytes
+            "_path": lambda: pa.concat_arrays(
+                [repeated_text(p.path, len(p.order)) for p in pieces]
+            ),
         }
         placed = {"_path", "record", "log_schema_id", "log_schema"}  # the pieces' order
         by_role = {name: role for role, name in self.columns.roles.items()}
@@ -354,34 +371,12 @@ class LogConverter:
         return arrange([_as(p.columns[name], f.type) for p in pieces])
 
 
-def schema_id(schema: LogSchema | None) -> str:
-    """A short id of a log's columns (``""`` when none is known): rows of one id were read
-    with one schema (:data:`~broker_spark.spark.zeek_schema.OPTIONAL_METADATA`)."""
-    if schema is None:
-        return ""
-    return _schema_texts(schema)[0]
-
-
-def _schema_texts(schema: LogSchema) -> tuple[str, str]:
-    """The schema's id and JSON. Not cached by the schema: two schemas can be equal and
-    still differ in their JSON (an enum's name, ``enum HTTP::Tags``, is not part of a type's
-    equality), and a cache by equality would give whichever came first in this process
-    (a Python worker's history), so one batch read twice could give two ids."""
-    text = json.dumps(schema.to_json(), sort_keys=True, separators=(",", ":"))
-    return _text_id(text), text
-
-
-@lru_cache(maxsize=256)
-def _text_id(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
-
-
 def _first_only(piece: _Piece) -> pa.Array:
     """The piece's schema as JSON on its first row, nulls on the others."""
     n = len(piece.order)
     if piece.schema is None or n == 0:
         return pa.nulls(n, pa.string())
-    text = _schema_texts(piece.schema)[1]
+    text = schema_texts(piece.schema)[1]
     return pa.concat_arrays([pa.array([text]), pa.nulls(n - 1, pa.string())])
 
 
@@ -406,23 +401,12 @@ def _record_index(pieces: list[_Piece]) -> pa.Array:
     return pa.array(index)
 
 
-def _repeated(text: str, n: int) -> pa.Array:
-    """``n`` copies of ``text`` as a string array, built from its buffers (no per-row work)."""
-    raw = text.encode("utf-8")
-    offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
-    if n * len(raw) >= (1 << 31) - 1:
-        return pa.array([text] * n, pa.string())
-    return pa.Array.from_buffers(
-        pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw * n)]
-    )
-
-
 def _per_message_text(texts: Sequence[str], messages: pa.Array) -> pa.Array:
     """Each row's message's text (its topic or sender): one text repeated, when the messages
     all have the same (the usual partition), else picked per row."""
     first = texts[0] if texts else ""
     if all(t == first for t in texts):
-        return _repeated(first, len(messages))
+        return repeated_text(first, len(messages))
     return pc.take(pa.array(texts, pa.string()), messages)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     DoubleType,
@@ -49,6 +50,7 @@ __all__ = [
     "GENERIC_LOG_FIELDS",
     "LOG_METADATA",
     "LogColumns",
+    "MESSAGE",
     "RECORDS",
     "generic_log_schema",
     "log_schema_for",
@@ -76,10 +78,16 @@ RELAY_METADATA = "relay"
 #: follow Zeek (:mod:`~broker_spark.spark.zeek_tables`). And ``records`` (``_path``/``log``
 #: rows only): asking for it makes each row hold a run of records of one log in one
 #: message, ``log`` their JSON lines joined by newlines (as in Zeek's own JSON log files),
-#: ``record`` the first's index and ``records`` how many (:data:`RECORDS`).
-OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema", "records")
+#: ``record`` the first's index and ``records`` how many (:data:`RECORDS`). And ``message``
+#: (beside ``records``): a row per log of a message, holding the message's Broker bytes
+#: instead of JSON lines (:data:`MESSAGE`).
+OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema", "records", "message")
 #: The role of the column that makes ``_path``/``log`` rows hold runs of records.
 RECORDS = "records"
+#: The role of the (binary) column that makes ``_path``/``log``/``records`` rows hold a
+#: message's records of one log as the message's own bytes, ``log`` null: what the tables
+#: writer decodes straight into typed columns (:mod:`~broker_spark.spark.log_messages`).
+MESSAGE = "message"
 
 _METADATA_TYPES: dict[str, DataType] = {
     "_path": StringType(),
@@ -93,6 +101,7 @@ _METADATA_TYPES: dict[str, DataType] = {
     "log_schema": StringType(),
     "records": LongType(),
     "log": StringType(),
+    "message": BinaryType(),
 }
 
 #: The columns of a stream of several logs (or one whose schema is not known at start).
@@ -255,9 +264,12 @@ class LogColumns:
         by_name = {name: role for role, name in metadata_names(sorted(top)).items()}
         by_name.setdefault("log", "log")
         if not any(by_name.get(f.name) == "log" for f in schema.fields):
-            # typed columns: ``records`` counts the lines of a log column, so here it is
-            # a column of the log's own (a site's log may have one)
-            by_name = {name: role for name, role in by_name.items() if role != RECORDS}
+            # typed columns: ``records`` counts the lines of a log column and ``message``
+            # holds them, so here they are columns of the log's own (Zeek's reporter
+            # log has a ``message``; a site's log may have a ``records``)
+            by_name = {
+                name: role for name, role in by_name.items() if role not in (RECORDS, MESSAGE)
+            }
         roles: dict[str, str] = {}
         leaves: list[str] = []
         for f in schema.fields:
@@ -277,6 +289,12 @@ class LogColumns:
                 "schema",
                 ", ".join(leaves[:3]),
                 "a schema with a log column holds no typed log columns",
+            )
+        if MESSAGE in roles and RECORDS not in roles:
+            raise BrokerOptionError(
+                "schema",
+                roles[MESSAGE],
+                f"a {roles[MESSAGE]} column (a message's records) needs a records column",
             )
         return cls(roles, tuple(leaves), generic)
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker_spark.spark.log_message_decode import line_runs_partition
 from broker_spark.spark.zeek_schema import (
+    MESSAGE,
     RECORDS,
     RELAY_METADATA,
     generic_log_schema,
@@ -38,25 +40,36 @@ POSITION = ("offset", "record", "relay")
 KEPT_METADATA = ("topic", "sender", "received_at", *POSITION)
 
 
-def table_input_schema(runs: bool = False) -> Any:
+def table_input_schema(runs: bool = False, messages: bool = False) -> Any:
     """What the stream must hold: ``_path``, ``log`` and the metadata, with the columns in
     force for each record (``log_schema_id``, ``log_schema``) and ``relay``; ``runs``: and
     ``records``, so that a row holds a run of a message's records of one log
-    (:mod:`~broker_spark.spark.log_line_runs`: what :func:`write_zeek_tables` reads)."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    (:mod:`~broker_spark.spark.log_line_runs`); ``messages`` (with ``runs``): and
+    ``message``, so that a row holds a message's records of one log as the message's
+    bytes (:mod:`~broker_spark.spark.log_messages`: what :func:`write_zeek_tables` reads)."""
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
     fields = list(generic_log_schema(relay=True).fields)
     fields += [StructField(name, StringType(), True) for name in ("log_schema_id", "log_schema")]
-    if runs:
+    if runs or messages:
         fields.append(StructField(RECORDS, LongType(), True))
+    if messages:
+        fields.append(StructField(MESSAGE, BinaryType(), True))
     return StructType(fields)
 
 
-def each_record(df: Any) -> Any:
-    """A stream's rows one record each: runs of records (a ``records`` column) split into
-    their lines, each with its own ``record`` index (a row with no line stays one row)."""
+def each_record(df: Any, known: dict[str, str] | None = None, zeek_version: str = "9.1") -> Any:
+    """A stream's rows one record each: messages' bytes (a ``message`` column) rendered as
+    runs of Zeek's JSON lines (``known``: the columns, as JSON, of schema ids learned in
+    earlier batches; ``zeek_version``: whose standard columns name a log nothing
+    described), and runs of records (a ``records`` column) split into their lines, each
+    with its own ``record`` index (a row with no line stays one row)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
+    if MESSAGE in df.columns:
+        lines = StructType([f for f in df.schema.fields if f.name != MESSAGE])
+        df = df.mapInArrow(line_runs_partition(dict(known or {}), zeek_version), lines)
     if RECORDS not in df.columns:
         return df
     others = [c for c in df.columns if c not in ("log", "record", RECORDS)]

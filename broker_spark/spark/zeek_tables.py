@@ -6,16 +6,18 @@ duplicates, and still right after Zeek is upgraded or a site's script adds a
 field. :func:`write_zeek_tables` builds that from one stream of every log
 (``format=zeek-logs``, from relays, peering or Zeek's ZeroMQ backend):
 
-* the stream's rows are Zeek's JSON lines (``_path``, ``log``) with the log's
-  columns in force for each record (``log_schema_id``, ``log_schema``: from
-  Zeek's LogCreate, or a ZeroMQ batch's header), a row per run of a message's
-  records of one log (``records``: :mod:`~broker_spark.spark.log_line_runs`,
-  so Spark moves a row per Zeek Batch, not per record), so each micro-batch is
-  split by log and by columns, and each part parsed into the log's typed, nested columns
-  (:func:`~broker_spark.spark.zeek_schema.parse_zeek_json`) and written to its
-  table, with the row's position (``offset``, ``record``, and ``relay`` when
-  read from relays) and a ``day`` column (the day of ``ts`` in the session's
-  time zone, ``spark.sql.session.timeZone``) it is partitioned by;
+* the stream's rows are a row per log of each message, holding the message's
+  Broker bytes (``message``, ``records``: :mod:`~broker_spark.spark.log_messages`,
+  so Spark moves a row per Zeek Batch, and no JSON is rendered or parsed on the
+  way), with the log's columns in force for its records (``log_schema_id``,
+  ``log_schema``: from Zeek's LogCreate, or a ZeroMQ batch's header), so each
+  micro-batch is split by log and by columns, and each part decoded into the
+  log's typed, nested columns (the columns a stream of that log gives, and
+  :func:`~broker_spark.spark.zeek_schema.parse_zeek_json` gives for its JSON
+  lines) and written to its table, with the row's position (``offset``,
+  ``record``, and ``relay`` when read from relays) and a ``day`` column (the
+  day of ``ts`` in the session's time zone, ``spark.sql.session.timeZone``) it
+  is partitioned by;
 * **columns follow Zeek**: a log whose columns grow (a Zeek upgrade, a local
   ``&log`` field) adds the columns to its table from the first batch that
   carries them, no restart (older rows read null); a column whose type changed
@@ -28,16 +30,17 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
   batch (:mod:`~broker_spark.spark.zeek_table_markers`).
 
 How a batch is written depends on the tables' format. Parquet tables (Spark's
-default): one job in which each task parses its rows' JSON lines with Arrow and
-writes each log's Parquet files under the checkpoint
-(:mod:`~broker_spark.spark.zeek_tables_stage`, about half the CPU of Spark's
-own parse and writer), then the driver moves each table's files in. A group of
-rows Arrow's reader refuses (a count past 2^63), or whose columns clash with
-its table, is taken from the batch by Spark instead. Delta and the other
-formats: the batch is split into a row a record (:func:`each_record`) and cached,
-and each table's rows are parsed by Spark (``from_json``) and written by Spark's
-writer. :class:`ZeekTables` also takes a stream of a row a record
-(``table_input_schema()``).
+default): one job in which each task decodes its rows into each log's typed
+columns and writes its Parquet files under the checkpoint
+(:mod:`~broker_spark.spark.zeek_tables_stage`), then the driver moves each
+table's files in. A group of rows the task refuses (a record that does not
+decode as its columns say, a count past 2^63), or whose columns clash with its
+table, is taken from the batch by Spark instead. Delta and the other formats:
+the batch is rendered into Zeek's JSON lines and split into a row a record
+(:func:`each_record`) and cached, and each table's rows are parsed by Spark
+(``from_json``) and written by Spark's writer. :class:`ZeekTables` also takes a
+stream of runs of JSON lines (``table_input_schema(runs=True)``) or of a row a
+record (``table_input_schema()``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Any
 
 from broker_spark.spark.zeek_schema import (
     GENERIC_LOG_FIELDS,
+    MESSAGE,
     OPTIONAL_METADATA,
     RECORDS,
     RELAY_METADATA,
@@ -166,16 +170,16 @@ class ZeekTables:
             self._write_cached(batch, batch_id)
 
     def _write_staged(self, batch: Any, batch_id: int, zone: str) -> None:
-        """Parquet tables: the tasks parse and write the rows (the stage job), the driver
-        moves each table's files in (Spark writes only the groups Arrow did not take)."""
+        """Parquet tables: the tasks decode and write the rows (the stage job), the driver
+        moves each table's files in (Spark writes only the groups the tasks did not take)."""
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
         groups = self._stage(batch, folder, zone)
-        records = each_record(batch)  # what Spark writes, or quarantines, a record a row
         by_table: dict[str, dict[str, list[str]]] = {}
         for (path, sid), group in sorted(groups.items()):
             if group.schema is not None and sid not in self._schemas:
                 self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
             by_table.setdefault(self._table_of(path), {}).setdefault(path, []).append(sid)
+        records = self._records(batch)  # what Spark writes, or quarantines, a record a row
         quarantined = self._each_table(
             sorted(by_table),
             lambda name: self._write_table(records, name, by_table[name], batch_id, groups, folder),
@@ -193,6 +197,15 @@ class ZeekTables:
         else:
             found = [write(name) for name in names]
         return [row for part in found for row in part]
+
+    def _records(self, batch: Any) -> Any:
+        """The batch a row a record, Zeek JSON lines (what Spark parses and quarantines)."""
+        return each_record(batch, self._known_texts(), self.zeek_version)
+
+    def _known_texts(self) -> dict[str, str]:
+        """The columns (JSON) of the schema ids learned so far, for the tasks: a partition
+        names an id's columns on its first row only."""
+        return {sid: json.dumps(schema.to_json()) for sid, schema in self._schemas.items()}
 
     def _table_of(self, path: str) -> str:
         """The table of log ``path`` (two paths may make one name: ``a_b``, ``a-b``)."""
@@ -217,10 +230,10 @@ class ZeekTables:
             columns=self.columns,
             zeek_version=self.zeek_version,
             time_zone=zone,
-            known={sid: json.dumps(schema.to_json()) for sid, schema in self._schemas.items()},
+            known=self._known_texts(),
         )
         columns = ["_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA]
-        columns += [RECORDS] if RECORDS in batch.columns else []
+        columns += [name for name in (RECORDS, MESSAGE) if name in batch.columns]
         groups: dict[tuple[str, str], StagedGroup] = {}
         for row in batch.select(*columns).mapInArrow(run, REPORT_SCHEMA).collect():
             key = (row["path"], row["schema_id"])  # a group of each task that held its rows
@@ -243,7 +256,7 @@ class ZeekTables:
         """Delta and the other formats: Spark parses and writes each table's rows."""
         # Kept for the batch's writes, each log's rows together: every table's write then
         # skips the cached blocks of the other logs (their _path range) instead of reading them.
-        df = each_record(batch).sortWithinPartitions("_path", "log_schema_id").persist()
+        df = self._records(batch).sortWithinPartitions("_path", "log_schema_id").persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
             for path, ids in self._learn(df).items():
@@ -445,7 +458,7 @@ def write_zeek_tables(
     Returns the running ``StreamingQuery``.
     """
     reader = source.option("format", "zeek-logs").option("zeekVersion", zeek_version)
-    reader = reader.schema(table_input_schema(runs=True))
+    reader = reader.schema(table_input_schema(runs=True, messages=True))
     if logs:
         reader = reader.option("logs", ",".join(logs))
     writer = ZeekTables(

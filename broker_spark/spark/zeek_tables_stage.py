@@ -2,18 +2,22 @@
 
 The writer's fast path (:mod:`~broker_spark.spark.zeek_tables`, for tables of
 Parquet files): one Spark job (``mapInArrow``) in which each task groups its
-rows by log and columns (``_path``, ``log_schema_id``), parses each group's JSON
-lines into the log's typed columns (:mod:`~broker_spark.spark.zeek_json_arrow`)
-and writes them, with the row's position and a ``day`` folder, under
-``<folder>/<log>/<schema id>/day=<day>/``. Rows may be runs of records (a
-``records`` column: a message's lines of one log joined by newlines, the form
-``write_zeek_tables`` reads): each record gets its own row and ``record`` index
-back (:func:`~broker_spark.spark.log_line_runs.run_positions`) as its group is
-parsed, and a group's size counts records. No cache, no sort, no JVM parse. The
+rows by log and columns (``_path``, ``log_schema_id``), makes each group's rows
+the log's typed columns and writes them, with the row's position and a ``day``
+folder, under ``<folder>/<log>/<schema id>/day=<day>/``. The rows may be
+messages' bytes (a ``message`` column: a message's records of one log, the form
+``write_zeek_tables`` reads), decoded by the reader's own converter
+(:class:`~broker_spark.spark.log_message_decode.TypedMessages`); or JSON lines,
+a record a row or runs of a message's records (a ``records`` column), parsed by
+Arrow's JSON reader (:mod:`~broker_spark.spark.zeek_json_arrow`). Each record
+gets its own row and ``record`` index back
+(:func:`~broker_spark.spark.log_line_runs.run_positions`), and a group's size
+counts records. No cache, no sort, no JVM parse. The
 driver gets one report row per task and group (what was written, the columns'
 JSON, or why the group was not) and decides what goes into which table: a
-group whose columns clash with its table, or that Arrow would not parse, is
-written through Spark from the batch instead, and its staged files are left.
+group whose columns clash with its table, or that the task would not decode or
+parse, is written through Spark from the batch instead, and its staged files
+are left.
 
 File names depend only on the task's partition and the group, and each file is
 written under a hidden name and renamed, so a task that runs again (a retry,
@@ -37,8 +41,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker_spark.spark.log_line_runs import run_positions
+from broker_spark.spark.log_message_decode import TypedMessages
 from broker_spark.spark.zeek_json_arrow import parse_lines
-from broker_spark.spark.zeek_schema import RECORDS, RELAY_METADATA, metadata_names
+from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, RELAY_METADATA, metadata_names
 from broker_spark.zeek.schema import LogSchema, standard_schema
 
 __all__ = [
@@ -77,6 +82,11 @@ class _Group:
     schema: LogSchema | None = None
     schema_json: str | None = None
     error: str | None = None
+    decoder: TypedMessages | None = None
+
+
+class _NotTyped(Exception):
+    """Why a group's rows were not made typed here (Spark writes the group instead)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +163,8 @@ class _Stager:
                 ids.filter(where).to_pylist(), texts.filter(where).to_pylist(), strict=True
             ):
                 self.texts.setdefault(sid or "", text)
-        runs = [RECORDS] if RECORDS in batch.schema.names else []  # rows of runs of records
+        # rows of runs of records, or of messages' bytes
+        runs = [name for name in (RECORDS, MESSAGE) if name in batch.schema.names]
         keep = batch.select(["log", *self.keep, *runs])
         key = pc.binary_join_element_wise(
             pc.fill_null(batch.column("_path"), ""),
@@ -205,6 +216,32 @@ class _Stager:
             group.error = "the log's columns are not known in this partition"
             return
         rows = pa.Table.from_batches(parts)
+        pieces = [rows]
+        if MESSAGE in rows.column_names:  # messages' bytes (some partitions: lines)
+            as_bytes = rows.column(MESSAGE).is_valid()
+            pieces = [rows.filter(as_bytes), rows.filter(pc.invert(as_bytes))]
+            pieces = [piece for piece in pieces if piece.num_rows]
+        try:
+            made = [self._typed(group, schema, piece) for piece in pieces]
+        except _NotTyped as exc:
+            group.error = str(exc)
+            return
+        if any(part.schema != made[0][0].schema for part, _when in made[1:]):
+            group.error = "its lines and its messages gave other columns"
+            return
+        table = pa.concat_tables([part for part, _when in made])
+        when = pa.chunked_array(
+            [c for _part, w in made for c in (w.chunks if isinstance(w, pa.ChunkedArray) else [w])],
+            made[0][1].type,
+        )
+        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
+            group.error = f"its ts is {when.type}, not a time"
+            return
+        self._write(group, table, self._days(when))
+
+    def _typed(self, group: _Group, schema: LogSchema, rows: pa.Table) -> tuple[pa.Table, pa.Array]:
+        """``rows`` (lines, runs of lines or messages' bytes) as the log's typed columns
+        and the kept metadata, a row a record; and the time each row's day is of."""
         kept = {meta: rows.column(meta).combine_chunks() for meta in self.keep}
         records = None
         if RECORDS in rows.column_names:  # runs of records: each record its own row again
@@ -215,12 +252,19 @@ class _Stager:
             if "record" in kept:
                 firsts = kept["record"].to_numpy(zero_copy_only=False)
                 kept["record"] = pa.array(firsts + index, kept["record"].type)
-        try:
-            lines = rows.column("log").combine_chunks()
-            names, arrays = parse_lines(lines, schema, self.columns, records)
-        except (pa.ArrowException, ValueError) as exc:
-            group.error = f"not read by Arrow's JSON reader: {exc}"
-            return
+        if MESSAGE in rows.column_names and rows.column(MESSAGE).null_count == 0:
+            if group.decoder is None:
+                group.decoder = TypedMessages(group.path, schema, self.columns, self.zeek_version)
+            try:
+                names, arrays = group.decoder.decode(rows, records or 0)
+            except ValueError as exc:
+                raise _NotTyped(f"not decoded as its columns say: {exc}") from None
+        else:
+            try:
+                lines = rows.column("log").combine_chunks()
+                names, arrays = parse_lines(lines, schema, self.columns, records)
+            except (pa.ArrowException, ValueError) as exc:
+                raise _NotTyped(f"not read by Arrow's JSON reader: {exc}") from None
         named = metadata_names(names, optional=(RELAY_METADATA,))
         for meta in self.keep:
             names.append(named[meta])
@@ -228,10 +272,7 @@ class _Stager:
         table = pa.Table.from_arrays(arrays, names=names)
         # the day of the record's time (a log of a site's own may have no ts: its arrival)
         when = table.column("ts") if "ts" in schema.names else kept["received_at"]
-        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
-            group.error = f"its ts is {when.type}, not a time"
-            return
-        self._write(group, table, self._days(when))
+        return table, when
 
     def _days(self, when: Any) -> pa.Array:
         """Each row's day in the session's time zone, as its partition folder names it."""
