@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from broker_spark.spark.compat import arrow_schema
+from broker_spark.spark.log_metadata_columns import learn_schema_texts
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, LogColumns, zeek_log_schema
 from broker_spark.zeek.schema import LogSchema
@@ -100,16 +101,14 @@ class _LineRuns:
         self.converters: dict[tuple[str, str], LogConverter] = {}
 
     def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        needed = ("_path", "topic", "sender", "offset", "log_schema_id", "log_schema", MESSAGE)
-        rows = batch.select(list(needed)).to_pydict()
-        for sid, text in zip(rows["log_schema_id"], rows["log_schema"], strict=True):
-            if text is not None:
-                self.texts.setdefault(sid or "", text)
+        learn_schema_texts(batch, self.texts)
         keep = [name for name in batch.schema.names if name != MESSAGE]
         out = batch.select(keep)
         payloads = batch.column(MESSAGE)
         if payloads.null_count == len(payloads):
             return out
+        needed = ("_path", "topic", "sender", "offset", "log_schema_id", MESSAGE)
+        rows = batch.select(list(needed)).to_pydict()
         picked: list[int] = []
         logs: list[pa.Array] = []
         firsts: list[pa.Array] = []

@@ -28,13 +28,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.spark.log_schema_ids import repeated_text, schema_texts
+from broker_spark.spark.log_metadata_columns import (
+    per_message_text,
+    received_times,
+    repeated_text,
+    schema_texts,
+)
 from broker_spark.zeek.log_scan import LogGroup
 from broker_spark.zeek.schema import LogSchema
 
 __all__ = ["message_rows"]
-
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def message_rows(
@@ -74,22 +77,14 @@ def message_rows(
         seen.add(sid)
     starts, ends = spans
     taken = pa.array(messages)
-
-    def per_message(values: Sequence, kind: pa.DataType) -> pa.Array:
-        return pc.take(pa.array(values, kind), taken)
-
     made = {
         "_path": lambda: pa.array([p for _m, p in keys], pa.string()),
         "log": lambda: pa.nulls(n, pa.string()),
         "message": lambda: pa.array([data[starts[m] : ends[m]] for m in messages], pa.binary()),
-        "topic": lambda: per_message(fields["topic"], pa.string()),
-        "sender": lambda: per_message(fields["sender"], pa.string()),
-        "received_at": lambda: (
-            per_message(fields["received"], pa.int64())
-            .cast(pa.timestamp("ns", tz="UTC"))
-            .cast(_TIMESTAMP, safe=False)
-        ),
-        "offset": lambda: per_message(fields["offset"], pa.int64()),
+        "topic": lambda: per_message_text(fields["topic"], taken),
+        "sender": lambda: per_message_text(fields["sender"], taken),
+        "received_at": lambda: received_times(fields["received"], taken),
+        "offset": lambda: pc.take(pa.array(fields["offset"], pa.int64()), taken),
         "record": lambda: pa.array(np.zeros(n, dtype=np.int64)),
         "records": lambda: pa.array([rows[k][1] for k in keys], pa.int64()),
         "log_schema_id": lambda: pa.array([sid for sid, _t in ids], pa.string()),

@@ -42,7 +42,13 @@ from broker_spark.columnar.strided import _bin_header, _text_header
 from broker_spark.errors import DecodeError
 from broker_spark.spark.log_line_runs import join_runs, run_starts
 from broker_spark.spark.log_messages import message_rows
-from broker_spark.spark.log_schema_ids import repeated_text, schema_id, schema_texts
+from broker_spark.spark.log_metadata_columns import (
+    per_message_text,
+    received_times,
+    repeated_text,
+    schema_id,
+    schema_texts,
+)
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, LogColumns
 from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
@@ -58,8 +64,6 @@ log = logging.getLogger(__name__)
 #: Records decoded together: enough that the work is per column, few enough that a
 #: chunk's bytes stay in the processor's caches (measured best between 2,000 and 8,000).
 CHUNK_RECORDS = 4096
-
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 @dataclass
@@ -309,11 +313,9 @@ class LogConverter:
             return arrange([_as(p.columns[name], kind) for p in pieces])
 
         meta = {
-            "topic": lambda: _per_message_text(topics, messages),
-            "sender": lambda: _per_message_text(senders, messages),
-            "received_at": lambda: pc.take(
-                pa.array(received, pa.int64()).cast(pa.timestamp("ns", tz="UTC")), messages
-            ).cast(_TIMESTAMP, safe=False),
+            "topic": lambda: per_message_text(topics, messages),
+            "sender": lambda: per_message_text(senders, messages),
+            "received_at": lambda: received_times(received, messages),
             "offset": lambda: pc.take(pa.array(offsets, pa.int64()), messages),
             "record": lambda: _record_index(pieces),
             "log_schema_id": lambda: pa.concat_arrays(
@@ -399,15 +401,6 @@ def _record_index(pieces: list[_Piece]) -> pa.Array:
     index = np.empty(n, np.int64)
     index[by_key] = np.arange(n, dtype=np.int64) - group_start
     return pa.array(index)
-
-
-def _per_message_text(texts: Sequence[str], messages: pa.Array) -> pa.Array:
-    """Each row's message's text (its topic or sender): one text repeated, when the messages
-    all have the same (the usual partition), else picked per row."""
-    first = texts[0] if texts else ""
-    if all(t == first for t in texts):
-        return repeated_text(first, len(messages))
-    return pc.take(pa.array(texts, pa.string()), messages)
 
 
 def padded(data: bytes, used: int) -> np.ndarray:

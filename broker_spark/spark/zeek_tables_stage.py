@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from broker_spark.spark.log_line_runs import run_positions
 from broker_spark.spark.log_message_decode import TypedMessages
+from broker_spark.spark.log_metadata_columns import learn_schema_texts
 from broker_spark.spark.zeek_json_arrow import parse_lines
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, RELAY_METADATA, metadata_names
 from broker_spark.zeek.schema import LogSchema, standard_schema
@@ -155,17 +156,10 @@ class _Stager:
     def take(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        texts = batch.column("log_schema")
-        if texts.null_count < len(texts):
-            ids = batch.column("log_schema_id")
-            where = pc.is_valid(texts)
-            for sid, text in zip(
-                ids.filter(where).to_pylist(), texts.filter(where).to_pylist(), strict=True
-            ):
-                self.texts.setdefault(sid or "", text)
+        learn_schema_texts(batch, self.texts)
         # rows of runs of records, or of messages' bytes
-        runs = [name for name in (RECORDS, MESSAGE) if name in batch.schema.names]
-        keep = batch.select(["log", *self.keep, *runs])
+        shape = [name for name in (RECORDS, MESSAGE) if name in batch.schema.names]
+        keep = batch.select(["log", *self.keep, *shape])
         key = pc.binary_join_element_wise(
             pc.fill_null(batch.column("_path"), ""),
             pc.fill_null(batch.column("log_schema_id"), ""),
@@ -217,31 +211,24 @@ class _Stager:
             return
         rows = pa.Table.from_batches(parts)
         pieces = [rows]
-        if MESSAGE in rows.column_names:  # messages' bytes (some partitions: lines)
+        lines = rows.column(MESSAGE).null_count if MESSAGE in rows.column_names else 0
+        if 0 < lines < rows.num_rows:  # messages' bytes, and lines (a partition read so)
             as_bytes = rows.column(MESSAGE).is_valid()
             pieces = [rows.filter(as_bytes), rows.filter(pc.invert(as_bytes))]
-            pieces = [piece for piece in pieces if piece.num_rows]
         try:
             made = [self._typed(group, schema, piece) for piece in pieces]
         except _NotTyped as exc:
             group.error = str(exc)
             return
-        if any(part.schema != made[0][0].schema for part, _when in made[1:]):
+        if any(table.schema != made[0][0].schema for table, _days in made[1:]):
             group.error = "its lines and its messages gave other columns"
             return
-        table = pa.concat_tables([part for part, _when in made])
-        when = pa.chunked_array(
-            [c for _part, w in made for c in (w.chunks if isinstance(w, pa.ChunkedArray) else [w])],
-            made[0][1].type,
-        )
-        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
-            group.error = f"its ts is {when.type}, not a time"
-            return
-        self._write(group, table, self._days(when))
+        table = pa.concat_tables([table for table, _days in made])
+        self._write(group, table, pa.concat_arrays([days for _table, days in made]))
 
     def _typed(self, group: _Group, schema: LogSchema, rows: pa.Table) -> tuple[pa.Table, pa.Array]:
         """``rows`` (lines, runs of lines or messages' bytes) as the log's typed columns
-        and the kept metadata, a row a record; and the time each row's day is of."""
+        and the kept metadata, a row a record; and each row's day."""
         kept = {meta: rows.column(meta).combine_chunks() for meta in self.keep}
         records = None
         if RECORDS in rows.column_names:  # runs of records: each record its own row again
@@ -272,7 +259,9 @@ class _Stager:
         table = pa.Table.from_arrays(arrays, names=names)
         # the day of the record's time (a log of a site's own may have no ts: its arrival)
         when = table.column("ts") if "ts" in schema.names else kept["received_at"]
-        return table, when
+        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
+            raise _NotTyped(f"its ts is {when.type}, not a time")
+        return table, self._days(when)
 
     def _days(self, when: Any) -> pa.Array:
         """Each row's day in the session's time zone, as its partition folder names it."""
