@@ -416,12 +416,15 @@ class Endpoint:
         the proxy forwards both ways; False (with an Error status) on a failed CURVE
         handshake or no answer in ``timeout`` s. ``curve``: a
         :class:`~broker_spark.zeromq.curve.CurveKeys` (None: Zeek's environment
-        variables, if set). See :mod:`broker_spark.zeromq.cluster`.
+        variables, if set). Keys given are used as given: a caller that resolved them
+        from the environment itself (the CLI, Spark's options) passes them on, and the
+        environment is not read a second time. See :mod:`broker_spark.zeromq.cluster`.
         """
         from broker_spark.zeromq.cluster import join
         from broker_spark.zeromq.curve import CurveKeys
 
-        keys = CurveKeys.resolve(curve)
+        keys = CurveKeys.resolve(None) if curve is None else curve
+        keys.check()
         return join(self, xsub_endpoint, xpub_endpoint, curve=keys, timeout=timeout, **options)
 
     def zeromq_leave(self, xsub_endpoint: str | None = None) -> bool:

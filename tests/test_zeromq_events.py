@@ -213,6 +213,25 @@ def _keys() -> CurveKeys:
     return CurveKeys(server["public"], server["secret"], client["public"], client["secret"])
 
 
+def test_keys_resolved_from_zeeks_environment_join_with_the_environment_still_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's node and Spark's ``zeromq.proxy`` read the keys from Zeek's
+    ``ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_*`` variables and hand them to ``zeromq_join``:
+    the join takes them as given (it once read the environment again and refused
+    "both as options and in environment variables": found by the live cluster test)."""
+    keys = _keys()
+    for name in ("server_publickey", "server_secretkey", "client_publickey", "client_secretkey"):
+        role, kind = name.split("_")
+        env = f"ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_{role.upper()}_{kind.upper()}"
+        monkeypatch.setenv(env, getattr(keys, name))
+    with zeromq_proxy(keys) as proxy, _plain() as a, _plain() as b:
+        resolved = CurveKeys.resolve(None)
+        assert resolved == keys
+        assert a.zeromq_join(proxy.xpub, proxy.xsub, curve=resolved)
+        assert b.zeromq_join(proxy.xpub, proxy.xsub)  # None: the environment's keys
+
+
 def test_curve_clients_join_a_curve_proxy_and_a_wrong_key_is_refused() -> None:
     keys = _keys()
     with zeromq_proxy(keys) as proxy, _plain() as a, _plain() as b:
