@@ -1,10 +1,12 @@
-"""A relay serves a reader only the topics its certificate may read.
+"""A relay serves a reader only the topics its certificate may read, and the topics it asks for.
 
 ``broker-spark node --reader NAME=PREFIX,...`` (``[spool.readers]``) limits the
 reader whose certificate is named NAME: it gets only records on those prefixes
 (KEPT frames, the offsets still advancing over the rest), and asking for other
 topics or for the relay's status is answered ``forbidden`` and closed. Readers
-not named read everything, unless ``"*"`` names a limit for them. Here: the
+not named read everything, unless ``"*"`` names a limit for them. A reader
+whose HELLO names ``topics`` (a Spark reader's ``topics`` option) is served
+only records on them, whatever its certificate. Here: the
 sans-I/O protocol, then a real relay with mutual TLS and real certificates, a
 real Spark relay reader (tasks fetching their ranges, and inline partitions),
 and the node's command line.
@@ -30,12 +32,14 @@ from broker_spark.core.tls import make_contexts
 from broker_spark.data.msgpack_records import keep_topics, pack_record, unpack_records
 from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.relay_reader import RelayStreamReader
+from broker_spark.spark.runtimes import served_topics
 from broker_spark.spool.relay_client import RelayError, SpoolClient
 from broker_spark.spool.relay_protocol import (
     PROTOCOL_VERSION,
     Kind,
     Records,
     RelayClientSession,
+    RelayProtocolError,
     RelayServerSession,
     encode_message,
 )
@@ -84,6 +88,28 @@ def test_the_protocol_refuses_other_topics_and_the_status_and_frames_kept_record
     everything.follow(0, 1 << 20, 0, 10)
     with pytest.raises(ValueError):
         everything.records(0, 10, b"abc", 0.0, kept=3)
+
+
+def test_a_reader_is_served_the_topics_its_hello_names() -> None:
+    """Without a credential's limit, a HELLO's ``topics`` narrow what a follower is
+    served (KEPT frames, the WELCOME echoing them); with one, they narrow it further."""
+    narrowed = RelayServerSession("r")
+    assert narrowed.receive(_hello(topics=["zeek/dns/"]))[0].kind == "hello"
+    assert narrowed.served == ("zeek/dns/",)
+    assert narrowed.welcome(0, 10, [])[5:].find(b"zeek/dns/") > 0  # echoed in the WELCOME
+    narrowed.follow(0, 1 << 20, 0, 10)
+    with pytest.raises(ValueError):
+        narrowed.records(0, 10, b"abc", 0.0)  # served some topics: KEPT frames only
+    assert narrowed.records(0, 10, b"abc", 0.0, kept=3)
+    limited = RelayServerSession("r", allowed=("zeek/",))
+    assert limited.receive(_hello(topics=["zeek/dns/"]))[0].kind == "hello"
+    assert limited.served == ("zeek/dns/",)
+    status = RelayServerSession("r")  # only a follower's topics narrow anything
+    assert status.receive(_hello(role="status", topics=["zeek/dns/"]))[0].kind == "hello"
+    assert status.served is None
+    for bad in ("zeek/dns/", [1, 2], {"a": 1}):
+        with pytest.raises(RelayProtocolError, match="'topics' must be a list"):
+            RelayServerSession("r").receive(_hello(topics=bad))
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +172,29 @@ def test_a_limited_reader_gets_only_its_topics_and_others_everything(relay, cert
         assert other.request("status")["status"]["end"] == 48
 
 
+def test_any_reader_naming_topics_gets_only_those(relay, certs) -> None:
+    with _client(relay, certs, "other") as other:  # no limit of its own
+        assert other.hello("follow", "other", topics=["zeek/http/", "zeek/conn/"])["topics"] == [
+            "zeek/http/",
+            "zeek/conn/",
+        ]
+        data, count = other.fetch_counted(0, 40, 10)
+        got = [r.topic for r in unpack_records(data)]
+        assert got == [TOPICS[i % 4] for i in range(40) if TOPICS[i % 4] in TOPICS[1::2]]
+        assert count == len(got) == 20
+
+
+def test_a_task_filters_what_an_older_relay_serves_unasked() -> None:
+    """A relay that ignores a HELLO's ``topics`` (an older one) says none in its WELCOME:
+    the task then leaves the other topics out itself."""
+    stream = b"".join(pack_record(t, b"\x05\x01x", "s", 7, i) for i, t in enumerate(TOPICS))
+    data, count = served_topics({}, ("zeek/dns/",), stream, len(TOPICS))
+    assert [r.topic for r in unpack_records(data)] == ["zeek/dns/a", "zeek/dns/c"] and count == 2
+    same = served_topics({"topics": ["zeek/dns/"]}, ("zeek/dns/",), stream, 4)
+    assert same == (stream, 4)  # served by a relay that did the narrowing: taken as is
+    assert served_topics({}, None, stream, 4) == (stream, 4)
+
+
 def test_asking_for_more_is_forbidden_and_costs_nobody_else(relay, certs) -> None:
     with _client(relay, certs, "other") as bystander:
         bystander.hello("follow", "bystander")
@@ -191,6 +240,35 @@ def test_a_spark_reader_with_a_limited_certificate_reads_its_topics(
             greedy.initialOffset()
     finally:
         greedy.stop()
+
+
+@pytest.mark.parametrize("partition_data", ["auto", "inline"])
+def test_a_spark_reader_reads_only_its_topics_from_a_relay_holding_more(
+    relay, certs, partition_data: str
+) -> None:
+    """``topics`` holds for a relay as for a peering: the tasks (and the driver, inline)
+    are served only the reader's topics, though its certificate may read everything."""
+    opts = parse_reader_options(
+        {
+            "topics": "zeek/http/,zeek/conn/", "relay": f"127.0.0.1:{relay.port}",
+            "startingOffsets": "earliest", "partitionData": partition_data,
+            **_tls(certs, "other").spark_options(),
+        }
+    )  # fmt: skip
+    reader = RelayStreamReader(opts, default_schema(opts.format))
+    try:
+        start, end = reader.initialOffset(), reader.latestOffset(reader.initialOffset(), None)
+        rows = []
+        remote = pickle.loads(pickle.dumps(reader))
+        for part in reader.partitions(start, end):
+            for batch in remote.read(pickle.loads(pickle.dumps(part))):
+                columns = batch.column("topic").to_pylist(), batch.column("offset").to_pylist()
+                rows += zip(*columns, strict=True)
+        assert sorted(rows, key=lambda r: r[1]) == [
+            (TOPICS[i % 4], i) for i in range(40) if TOPICS[i % 4] in TOPICS[1::2]
+        ]
+    finally:
+        reader.stop()
 
 
 def test_the_node_takes_reader_limits_from_flags_and_the_file(tmp_path: Path, certs) -> None:

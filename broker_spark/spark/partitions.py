@@ -126,6 +126,7 @@ class SpoolPartition(InputPartition):
         self.local_token: str | None = None
         self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
         self.relay_id: str | None = None  # the spool id of that relay (checked by the task)
+        self.relay_topics: tuple[str, ...] | None = None  # the records it fetches: theirs
         #: records an inline stream holds when fewer than its offsets (a relay that limits
         #: the reader to some topics left the others out); None: one per offset
         self.count: int | None = None
@@ -139,12 +140,14 @@ class SpoolPartition(InputPartition):
         ssl: Any,
         fail_on_data_loss: bool,
         relay_id: str | None = None,
+        topics: tuple[str, ...] | None = None,
     ) -> SpoolPartition:
         """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)
-        whose spool is ``relay_id``."""
+        whose spool is ``relay_id``: the records on ``topics`` (the reader's; None: all)."""
         part = cls(start, end, fail_on_data_loss=fail_on_data_loss)
         part.relay = (relay, ssl)
         part.relay_id = relay_id
+        part.relay_topics = topics
         return part
 
     @classmethod
@@ -205,7 +208,9 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
         relay, ssl = partition.relay
 
         def read(lo: int, hi: int) -> tuple[bytes, int]:
-            return fetch_from_relay(relay, ssl, lo, hi, relay_id=partition.relay_id)
+            return fetch_from_relay(
+                relay, ssl, lo, hi, relay_id=partition.relay_id, topics=partition.relay_topics
+            )
 
         return _read_range(partition, read)
     assert partition.spool_path is not None

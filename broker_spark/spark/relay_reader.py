@@ -328,7 +328,13 @@ class RelayStreamReader(BrokerStreamReader):
             part = SpoolPartition.inline(lo, hi, *member.spool.read_counted(lo, hi))
         else:
             part = SpoolPartition.relayed(
-                lo, hi, member.relay, self.options.connection.ssl, fail, member.relay_id
+                lo,
+                hi,
+                member.relay,
+                self.options.connection.ssl,
+                fail,
+                member.relay_id,
+                self.options.topics or None,
             )
         part.relay_id = member.relay_id
         if member.history is not None:

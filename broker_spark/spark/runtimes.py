@@ -25,6 +25,7 @@ from typing import Any
 
 from broker_spark.config import TLSSettings
 from broker_spark.core.tls import make_contexts
+from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.errors import BrokerError
 from broker_spark.spark.driver_side import (
     RECONNECT_INTERVAL,
@@ -161,17 +162,19 @@ def fetch_from_relay(
     timeout: float = FETCH_TIMEOUT,
     relay_id: str | None = None,
     retry: float = TASK_RETRY,
+    topics: tuple[str, ...] | None = None,
 ) -> tuple[bytes, int]:
     """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
-    relay reader does), and how many records it holds (fewer than the offsets when the
-    relay limits this reader to some topics). A relay that cannot be reached (it restarts, the network is cut) is
+    relay reader does), and how many records it holds: only those on ``topics`` (the
+    reader's prefixes; None: all), so fewer than the offsets when the spool holds other
+    topics too. A relay that cannot be reached (it restarts, the network is cut) is
     tried again for ``retry`` seconds. Raises :class:`DataLossError` when the relay no
     longer holds the range, or serves another spool than ``relay_id``."""
     deadline = time.monotonic() + retry
     delay = 0.2
     while True:
         try:
-            return _fetch_once(relay, ssl, start, end, timeout, relay_id)
+            return _fetch_once(relay, ssl, start, end, timeout, relay_id, topics)
         except SpoolClientError as exc:
             if time.monotonic() + delay > deadline:
                 raise SpoolClientError(
@@ -184,10 +187,17 @@ def fetch_from_relay(
 
 
 def _fetch_once(
-    relay: HostPort, ssl: TLSSettings, start: int, end: int, timeout: float, relay_id: str | None
+    relay: HostPort,
+    ssl: TLSSettings,
+    start: int,
+    end: int,
+    timeout: float,
+    relay_id: str | None,
+    topics: tuple[str, ...] | None,
 ) -> tuple[bytes, int]:
     with SpoolClient.tcp(relay.host, relay.port, tls_context(ssl)) as client:
-        welcome = client.hello("follow", "task")
+        asked = {"topics": list(topics)} if topics else {}
+        welcome = client.hello("follow", "task", **asked)
         if relay_id is not None and welcome.get("relay") != relay_id:
             raise DataLossError(
                 start,
@@ -197,12 +207,24 @@ def _fetch_once(
                 f"{relay_id}): offsets {start} to {end - 1} of the planned one are not there",
             )
         try:
-            return client.fetch_counted(start, end, timeout)
+            data, count = client.fetch_counted(start, end, timeout)
         except RelayError as exc:
             if exc.relay_code == "data_loss":
                 earliest = int(exc.fields.get("earliest", end))
                 raise DataLossError(start, end, earliest) from None
             raise
+    return served_topics(welcome, topics, data, count)
+
+
+def served_topics(
+    welcome: dict[str, Any], topics: tuple[str, ...] | None, data: bytes, count: int
+) -> tuple[bytes, int]:
+    """``data`` (``count`` records) as served for a reader of ``topics``: a relay that
+    serves readers their topics says so in its WELCOME; from one that does not (an
+    older relay), the records of other topics are left out here."""
+    if not topics or welcome.get("topics") is not None:
+        return data, count
+    return keep_topics(data, topics)
 
 
 class RelayView:
@@ -345,7 +367,9 @@ class RelayRuntime:
     def fetch(self, start: int, end: int) -> tuple[bytes, int]:
         with self._lock:
             try:
-                return self._connected().fetch_counted(start, end, FETCH_TIMEOUT)
+                client = self._connected()
+                data, count = client.fetch_counted(start, end, FETCH_TIMEOUT)
+                return served_topics(client.welcome, self.options.topics or None, data, count)
             except RelayError as exc:
                 if exc.relay_code == "data_loss":
                     earliest = int(exc.fields.get("earliest", end))

@@ -43,9 +43,11 @@ again. Bytes that are no frame of this protocol, or a frame out of turn, get
 ERROR ``protocol`` and the connection is closed: the owner keeps serving
 everyone else.
 
-A relay may limit a reader's credential (its certificate's name) to topic
-prefixes: it then serves that reader only records on them (KEPT frames, whose
-offsets still advance over the others), and a HELLO naming other ``topics``, a
+A reader's HELLO may name the ``topics`` it reads (prefixes): the owner then
+serves it only records on them, as KEPT frames (whose offsets still advance over
+the others), and its WELCOME echoes them. A relay may also limit a reader's
+credential (its certificate's name) to topic prefixes: such a reader is served
+only records on those (KEPT frames too), and a HELLO naming other ``topics``, a
 ``status`` role or request, gets ERROR ``forbidden`` and the connection is
 closed; other readers are not affected. A server already serving as many
 connections as it allows answers a new one with ERROR ``too_many`` before any
@@ -216,6 +218,9 @@ class RelayServerSession:
         self._opened = now
         #: The topic prefixes this reader's credential may read (None: everything).
         self.allowed = allowed
+        #: The topic prefixes this reader is served (None: every record): its HELLO's
+        #: ``topics``, or else what its credential allows.
+        self.served = allowed
         self.identity = identity  # who the credential names, for messages
         self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
         self.role: str | None = None
@@ -279,14 +284,20 @@ class RelayServerSession:
         self.role = role
         name = fields.get("name", "")
         self.name = name if isinstance(name, str) else ""
+        topics = fields.get("topics")
+        if topics is not None and (
+            not isinstance(topics, list | tuple) or not all(isinstance(t, str) for t in topics)
+        ):
+            raise RelayProtocolError(f"'topics' must be a list of topic prefixes, got {topics!r}")
         if self.allowed is not None:
             if role == "status":
                 return self._forbidden("the relay's status")
-            topics = fields.get("topics")
-            if isinstance(topics, list | tuple):
-                beyond = [t for t in topics if not str(t).startswith(self.allowed)]
-                if beyond:
-                    return self._forbidden(f"topics {', '.join(map(str, beyond))}")
+            beyond = [t for t in topics or () if not t.startswith(self.allowed)]
+            if beyond:
+                return self._forbidden(f"topics {', '.join(beyond)}")
+        if topics is not None and role == "follow":
+            # each is within what the credential allows (checked above): they narrow it
+            self.served = tuple(topics)
         return ServerEvent("hello", fields)
 
     def _forbidden(self, what: str) -> ServerEvent:
@@ -321,8 +332,8 @@ class RelayServerSession:
                 "start": start,
                 "end": end,
                 "schemas": schemas,
-                # a reader limited to topics gets KEPT frames: fewer records than offsets
-                **({"topics": list(self.allowed)} if self.allowed is not None else {}),
+                # a reader served some topics gets KEPT frames: fewer records than offsets
+                **({"topics": list(self.served)} if self.served is not None else {}),
             },
         )
 
@@ -377,12 +388,12 @@ class RelayServerSession:
         self, first: int, count: int, data: bytes, now: float, kept: int | None = None
     ) -> bytes:
         """Frame records ``[first, first + count)``, from where :meth:`next_range` said;
-        ``kept``: for a reader limited to topics, how many of them ``data`` holds (the rest
-        were not for it), framed as KEPT."""
+        ``kept``: for a reader served some topics (:attr:`served`), how many of them
+        ``data`` holds (the rest were not for it), framed as KEPT."""
         if first != self.next or count < 1:
             raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
-        if (kept is None) != (self.allowed is None):
-            raise ValueError("KEPT frames are for, and only for, a reader limited to topics")
+        if (kept is None) != (self.served is None):
+            raise ValueError("KEPT frames are for, and only for, a reader served some topics")
         self.next = first + count
         if self.next == self.until:
             self.following = False  # the range asked for is complete

@@ -305,8 +305,8 @@ class SpoolServer:
             await writer.drain()
             return False
         kept = None
-        if session.allowed is not None:  # a reader limited to some topics: only theirs
-            data, kept = keep_topics(data, session.allowed)
+        if session.served is not None:  # a reader of some topics: only theirs
+            data, kept = keep_topics(data, session.served)
         writer.write(session.records(lo, hi - lo, data, time.monotonic(), kept))
         await writer.drain()
         return True
