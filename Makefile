@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-cluster test-spark-versions soak demo lint format bench clean
+.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ test: $(STAMP)
 # so a step of their own; CI runs it after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or notebooks"
+
+# A real Zeek (9.1: shared/zeek beside the checkout, or $$BROKER_SPARK_ZEEK) against broker-spark
+# on loopback, Zeek's own output the oracle: a ZeroMQ cluster logging into relay nodes and
+# tables, zeekctl's layout, events both ways (proxy, relay, WebSocket API), the Broker backend
+# (tests/live/). Fails, never skips, without a Zeek; CI runs it after `make test-slow`.
+test-live: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m live tests/live
 
 # The connector beyond one process, each in a pytest process of its own (a classic driver
 # and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two

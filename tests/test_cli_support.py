@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -27,11 +27,17 @@ class Command:
     process). :meth:`close` always reaps the process, killing it if needed.
     """
 
-    def __init__(self, *args: str, tmp: Path, stdin: IO[Any] | int | None = None) -> None:
+    def __init__(
+        self,
+        *args: str,
+        tmp: Path,
+        stdin: IO[Any] | int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         fd, name = _tempfile(tmp)
         self.stderr_path = Path(name)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker_spark", *args],
             stdin=stdin if stdin is not None else subprocess.DEVNULL,

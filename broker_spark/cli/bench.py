@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "zeromq_logs": ("--seconds", "2"),
     "relay": ("--quick",),
     "spark_cluster": ("--quick",),
+    "live_zeek": ("--quick",),
 }
 
 

@@ -1,0 +1,54 @@
+##! What every Zeek process of the live tests' ZeroMQ cluster loads (tests/live/cluster.py).
+##!
+##! A worker reads a trace and ends. The manager, besides running the cluster's proxy,
+##! serves Zeek's WebSocket API, publishes one Live::typed event to each topic under
+##! site/ that somebody subscribes to (once per topic), and prints every Live::typed
+##! event that reaches it on site/to-zeek/.
+
+# The backend, the proxy's endpoints and the CURVE keys, as zeekctl writes them (generated).
+@load zeekctl-config
+@load ./live-types
+
+module Live;
+
+export {
+	## Where the manager serves Zeek's WebSocket API (live-settings.zeek sets it).
+	const websocket_port = 0/tcp &redef;
+}
+
+@load live-settings
+
+# On the ZeroMQ backend a Zeek reading a trace keeps running at its end: end it (its
+# logs are flushed to the loggers as it ends).
+event Pcap::file_done(path: string)
+	{
+	terminate();
+	}
+
+@if ( Cluster::local_node_type() == Cluster::MANAGER )
+
+global published: set[string];
+
+event zeek_init()
+	{
+	Cluster::subscribe("site/to-zeek/");
+	if ( websocket_port != 0/tcp )
+		Cluster::listen_websocket([$listen_addr=127.0.0.1, $listen_port=websocket_port]);
+	}
+
+event zeek_init() &priority=-100
+	{
+	say(fmt("live manager up, websocket on %s", websocket_port));
+	}
+
+event Cluster::Backend::ZeroMQ::subscription(topic: string)
+	{
+	if ( ! starts_with(topic, "site/") || starts_with(topic, "site/to-zeek/") )
+		return;
+	if ( topic in published )
+		return;
+	add published[topic];
+	publish_typed(topic + "typed");
+	}
+
+@endif
