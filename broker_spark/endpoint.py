@@ -15,11 +15,13 @@ At interpreter exit a blocked ``get()`` returns ``None`` (``[]`` for
 (Broker's own bindings hang there).
 
 This facade sits on top: it imports :mod:`~broker_spark.introspect`,
-:mod:`~broker_spark.store_api` and :mod:`~broker_spark.websocket.manager`
-(lazily: an endpoint that never uses stores or WebSockets never loads them)
-and hands them itself; none of them imports this module. Each declares, as a
-``typing.Protocol`` on its own side, the few parts of an endpoint it uses
-(``_core``, ``_loop``, ``_config``), which an ``Endpoint`` has.
+:mod:`~broker_spark.store_api`, :mod:`~broker_spark.websocket.manager` and
+:mod:`~broker_spark.zeromq.cluster` (lazily: an endpoint that never uses stores
+or WebSockets never loads them) and hands them itself; none of them imports
+this module. ``introspect`` and ``store_api`` declare, as a ``typing.Protocol``
+on their own side, the few parts of an endpoint they use (``_core``, ``_loop``);
+the transports beside the endpoint (WebSocket, ZeroMQ) use only its
+:class:`~broker_spark.core.transport_host.TransportHost` (``transport_host()``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from broker_spark.core.actor import Core
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.core.node_message import DATA
 from broker_spark.core.queues import SubscriberQueue
+from broker_spark.core.transport_host import TransportHost
 from broker_spark.data.binary import encode
 from broker_spark.publisher import Publisher
 from broker_spark.status import PeerInfo, PeerStatus
@@ -98,6 +101,7 @@ class Endpoint:
         self._loop = LoopThread(name=f"broker-spark-{self._node_str[:8]}")
         self._core = Core(self._node_id, options, self._loop)
         self._publish_src = self._core.make_source(options.publisher_buffer_size)
+        self._transports = TransportHost(self._core, self._loop, config)
         # Runs on shutdown(), on garbage collection and at interpreter exit.
         self._finalizer = weakref.finalize(self, _shutdown, self._core, self._loop)
         # atexit runs the last registered first: keep _mark_exiting ahead of the finalizers.
@@ -304,6 +308,12 @@ class Endpoint:
         """``fn(*args)`` run on this endpoint's event loop, its result returned (an extension:
         for reading the state of a link, which only that loop's thread may touch)."""
         return self._loop.run_sync(fn, *args)
+
+    def transport_host(self) -> TransportHost:
+        """What the transports beside the endpoint (Zeek's WebSocket API, a ZeroMQ cluster) use
+        of it: its core, loop and configuration (an extension; see
+        :mod:`broker_spark.core.transport_host`)."""
+        return self._transports
 
     def _tcp(self, create: bool = True) -> Any:
         """The TCP/TLS peering (``broker_spark.core.peering``), made on first use."""

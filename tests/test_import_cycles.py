@@ -209,8 +209,6 @@ FACADE = (
     "broker_spark/store_api.py",
     "broker_spark/publisher.py",
     "broker_spark/subscriber.py",
-    "broker_spark/websocket/manager.py",
-    "broker_spark/zeromq/cluster.py",
     "broker_spark/core/",
 )
 

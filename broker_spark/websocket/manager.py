@@ -2,10 +2,11 @@
 
 ``Endpoint.web_socket_listen`` / ``web_socket_peer`` / ``web_socket_unpeer``
 delegate here from any thread; everything that touches connections runs on
-the endpoint's loop. One manager per endpoint, made on first use and dropped
-with the endpoint's core (nothing to stop explicitly: the endpoint's shutdown
-closes every link and cancels every task, and the servers' and bridges' own
-clean-up closes their sockets).
+the endpoint's loop. One manager per endpoint, made on first use, kept on the
+endpoint's :class:`~broker_spark.core.transport_host.TransportHost` and dropped
+with it (nothing to stop explicitly: the endpoint's shutdown closes every link
+and cancels every task, and the servers' and bridges' own clean-up closes their
+sockets).
 
 TLS follows the endpoint's settings, as Broker does ("the same SSL
 parameters for native and WebSocket peers"): a server speaks ``wss`` with
@@ -16,7 +17,7 @@ without a verifiable certificate unless certificates are configured.
 
 The arrow runs one way: :mod:`broker_spark.endpoint` imports this module and
 this module does not import the endpoint (nor the package root); of an
-endpoint it needs only what :class:`WebSocketOwner` describes.
+endpoint it uses only the ``TransportHost`` it hands out (``transport_host()``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import concurrent.futures
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from broker_spark.config import TLSSettings
 from broker_spark.core.tls import TLSContexts, make_contexts
@@ -36,16 +37,13 @@ from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW
 from broker_spark.websocket.server import DEFAULT_MAX_CONNECTIONS, WebSocketServer
 
 if TYPE_CHECKING:
-    from broker_spark.config import Configuration
-    from broker_spark.core.actor import Core
-    from broker_spark.core.loop_thread import LoopThread
+    from broker_spark.core.transport_host import TransportHost, TransportOwner
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "DEFAULT_MAX_SIZE",
     "DEFAULT_OPEN_TIMEOUT",
     "WebSocketManager",
-    "WebSocketOwner",
     "manager_for",
 ]
 
@@ -56,33 +54,16 @@ DEFAULT_CLOSE_TIMEOUT = 2.0
 #: Seconds an outgoing connection may take to open and be acked.
 DEFAULT_OPEN_TIMEOUT = 10.0
 
-_ATTRIBUTE = "_websocket_manager"
-_managers_lock = threading.Lock()
+_KEY = "websocket_manager"
 
 
-class WebSocketOwner(Protocol):
-    """What the manager uses of an endpoint: its core, loop thread and configuration.
-
-    An :class:`~broker_spark.endpoint.Endpoint` is one; :func:`manager_for`
-    also keeps the manager on it (attribute ``_websocket_manager``).
-    """
-
-    _core: Core
-    _loop: LoopThread
-    _config: Configuration
-
-
-def manager_for(endpoint: WebSocketOwner) -> WebSocketManager:
+def manager_for(endpoint: TransportOwner) -> WebSocketManager:
     """The WebSocket manager of ``endpoint`` (made on first use; thread-safe).
 
-    Kept on the endpoint itself, so it lives exactly as long as the endpoint.
+    Kept on the endpoint's transport host, so it lives exactly as long as the endpoint.
     """
-    with _managers_lock:
-        manager = getattr(endpoint, _ATTRIBUTE, None)
-        if manager is None:
-            manager = WebSocketManager(endpoint)
-            setattr(endpoint, _ATTRIBUTE, manager)
-        return manager
+    host = endpoint.transport_host()
+    return host.kept(_KEY, lambda: WebSocketManager(host))
 
 
 def _version() -> str:
@@ -92,10 +73,10 @@ def _version() -> str:
 class WebSocketManager:
     """Servers and bridges of one endpoint; the public methods may be called from any thread."""
 
-    def __init__(self, endpoint: WebSocketOwner) -> None:
-        self._core = endpoint._core
-        self._loop = endpoint._loop
-        self._config = endpoint._config
+    def __init__(self, host: TransportHost) -> None:
+        self._host = host
+        self._core = host.core
+        self._config = host.config
         self._lock = threading.Lock()
         self._contexts: TLSContexts | None = None
         self._contexts_made = False
@@ -150,7 +131,7 @@ class WebSocketManager:
             max_connections=_positive("max_connections", max_connections, DEFAULT_MAX_CONNECTIONS),
         )
         try:
-            bound = self._loop.run_coro(server.start(address, port))
+            bound = self._host.run_coro(server.start(address, port))
         except OSError:
             return 0
         with self._lock:
@@ -217,7 +198,7 @@ class WebSocketManager:
         )
         with self._lock:
             self.peers[url] = bridge
-        self._loop.run_sync(bridge.start)
+        self._host.run_sync(bridge.start)
         if not wait:
             return False
         try:
@@ -240,7 +221,7 @@ class WebSocketManager:
             link = self.link(url)
             if link is None or link.closed:
                 return False
-            if self._loop.run_sync(link.settled):
+            if self._host.run_sync(link.settled):
                 return True
             if time.monotonic() > deadline:
                 return False
@@ -254,7 +235,7 @@ class WebSocketManager:
             bridge = self.peers.pop(url, None)
         if bridge is None:
             return False
-        self._loop.run_coro(bridge.stop())
+        self._host.run_coro(bridge.stop())
         return True
 
 

@@ -12,13 +12,14 @@ ends the attempt at once with an ``Error`` status saying so, as it is fatal to a
 Zeek node; no answer within ``timeout`` is ``EC.PeerUnavailable``.
 
 This module sits beside :mod:`~broker_spark.websocket.manager` and, like it, uses
-only what :class:`ZeroMQOwner` describes of an endpoint.
+of an endpoint only the :class:`~broker_spark.core.transport_host.TransportHost` it
+hands out (``transport_host()``); the links joined are kept there.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from broker_spark.errors import EC, SC, BrokerError
 from broker_spark.status import EndpointInfo, Error, NetworkInfo
@@ -32,38 +33,24 @@ from broker_spark.zeromq.proxy_link import (
 )
 
 if TYPE_CHECKING:
-    from broker_spark.core.actor import Core
-    from broker_spark.core.loop_thread import LoopThread
+    from broker_spark.core.transport_host import TransportOwner
 
-__all__ = ["DEFAULT_JOIN_TIMEOUT", "ZeroMQOwner", "join", "leave", "links_of"]
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "join", "leave", "links_of"]
 
 #: Seconds a join waits for the proxy to forward both ways.
 DEFAULT_JOIN_TIMEOUT = 10.0
 
-_ATTRIBUTE = "_zeromq_links"
+_KEY = "zeromq_links"
 _lock = threading.Lock()
 
 
-class ZeroMQOwner(Protocol):
-    """What joining uses of an endpoint (an :class:`~broker_spark.endpoint.Endpoint` is one)."""
-
-    _core: Core
-    _loop: LoopThread
-
-    def node_id(self) -> str: ...
-
-
-def links_of(endpoint: ZeroMQOwner) -> dict[tuple[str, str], ZeroMQLink]:
-    with _lock:
-        links = getattr(endpoint, _ATTRIBUTE, None)
-        if links is None:
-            links = {}
-            setattr(endpoint, _ATTRIBUTE, links)
-        return links
+def links_of(endpoint: TransportOwner) -> dict[tuple[str, str], ZeroMQLink]:
+    """The endpoint's joined links, by the proxy's two endpoints."""
+    return endpoint.transport_host().kept(_KEY, dict)
 
 
 def join(
-    endpoint: ZeroMQOwner,
+    endpoint: TransportOwner,
     xsub_endpoint: str,
     xpub_endpoint: str,
     *,
@@ -73,8 +60,8 @@ def join(
 ) -> bool:
     """Join the cluster whose proxy has its XPUB at ``xsub_endpoint`` and its XSUB at
     ``xpub_endpoint``; True once the proxy forwards both ways (see the module)."""
-    core = endpoint._core
-    loop = endpoint._loop
+    host = endpoint.transport_host()
+    core = host.core
     key = (xsub_endpoint, xpub_endpoint)
     links = links_of(endpoint)
     existing = links.get(key)
@@ -85,7 +72,7 @@ def join(
     else:
         curve = None
     failures: list[str] = []
-    marker = f"{INTERNAL_TOPIC_PREFIX}{endpoint.node_id()}.join."
+    marker = f"{INTERNAL_TOPIC_PREFIX}{host.node_id()}.join."
     network = NetworkInfo(xsub_endpoint, 0, 0.0)
 
     def handshake(name: str, ok: bool, why: str) -> None:
@@ -97,7 +84,7 @@ def join(
             core,
             xsub_endpoint,
             xpub_endpoint,
-            node_id=zeromq_node_id(endpoint.node_id()),
+            node_id=zeromq_node_id(host.node_id()),
             curve=curve,
             linger_ms=linger_ms,
             on_handshake=handshake,
@@ -106,28 +93,26 @@ def join(
         return link
 
     try:
-        link = loop.run_sync(make)
+        link = host.run_sync(make)
     except Exception as exc:  # a malformed endpoint (zmq.ZMQError)
-        loop.run_sync(
-            core.emit,
+        host.emit(
             Error(
                 EC.PeerUnavailable, f"cannot join {xsub_endpoint}: {exc}", EndpointInfo("", network)
-            ),
+            )
         )
         raise ValueError(f"cannot connect to the ZeroMQ proxy at {xsub_endpoint}: {exc}") from None
     ready = wait_until(lambda: bool(failures) or marker in link.internal, timeout)
     if failures or not ready:
         if not failures:
-            loop.run_sync(
-                core.emit,
+            host.emit(
                 Error(
                     EC.PeerUnavailable,
                     f"no ZeroMQ proxy answered at {xsub_endpoint} and {xpub_endpoint} "
                     f"within {timeout:g} s",
                     EndpointInfo("", network),
-                ),
+                )
             )
-        loop.run_sync(link.close, SC.PeerLost)
+        host.run_sync(link.close, SC.PeerLost)
         return False
 
     def add() -> None:
@@ -137,22 +122,23 @@ def join(
         core.add_link(link)
 
     try:
-        loop.run_sync(add)
+        host.run_sync(add)
     except BrokerError:
-        loop.run_sync(link.close, SC.PeerLost)
+        host.run_sync(link.close, SC.PeerLost)
         return False
     with _lock:
         links[key] = link
     return True
 
 
-def leave(endpoint: ZeroMQOwner, xsub_endpoint: str | None = None) -> bool:
+def leave(endpoint: TransportOwner, xsub_endpoint: str | None = None) -> bool:
     """Leave the cluster(s) joined (all, or the one whose proxy XPUB is ``xsub_endpoint``);
     what the XPUB still holds is sent for up to ``linger_ms``. False if none was joined."""
     links = links_of(endpoint)
     with _lock:
         chosen = [k for k in links if xsub_endpoint is None or k[0] == xsub_endpoint]
         gone = [links.pop(k) for k in chosen]
+    host = endpoint.transport_host()
     for link in gone:
-        endpoint._loop.run_sync(endpoint._core.remove_link, link, SC.PeerRemoved)
+        host.remove_link(link, SC.PeerRemoved)
     return bool(gone)
