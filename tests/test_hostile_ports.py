@@ -26,9 +26,9 @@ import broker_spark.spool.metrics as metrics
 import broker_spark.spool.relay_protocol as relay_protocol
 from broker_spark.cli import main
 from broker_spark.config import TLSSettings
-from broker_spark.core.tls import make_contexts
 from broker_spark.spool.relay_client import SpoolClient, SpoolClientError
 from broker_spark.spool.relay_protocol import HELLO_TIMEOUT, RelayServerSession
+from broker_spark.tls import make_contexts
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -11,9 +11,8 @@ from cryptography.x509.oid import NameOID
 from test_peering_support import LOCAL, make_endpoint, next_matching, wants
 
 import broker_spark as broker
-from broker_spark import EC
+from broker_spark import EC, tls
 from broker_spark.certs import make_ca, make_node_cert, write_pem
-from broker_spark.core import tls
 
 pytestmark = pytest.mark.timeout(30)
 

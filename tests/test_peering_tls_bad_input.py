@@ -17,9 +17,9 @@ from test_peering_support import drained_to_eof, error_of, raw, serving
 import broker_spark as broker
 from broker_spark import EC
 from broker_spark.config import TLSSettings
-from broker_spark.core.tls import make_contexts
 from broker_spark.protocol.framing import FrameDecoder
 from broker_spark.protocol.wire_messages import DropConn, decode_handshake
+from broker_spark.tls import make_contexts
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -28,7 +28,6 @@ from broker_spark import zeek
 from broker_spark.cli import main
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.config import TLSSettings
-from broker_spark.core.tls import make_contexts
 from broker_spark.data.msgpack_records import keep_topics, pack_record, unpack_records
 from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.relay_reader import RelayStreamReader
@@ -43,6 +42,7 @@ from broker_spark.spool.relay_protocol import (
     RelayServerSession,
     encode_message,
 )
+from broker_spark.tls import make_contexts
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ import pytest
 
 from broker_spark.certs import make_ca, make_node_cert, write_pem
 from broker_spark.config import TLSSettings
-from broker_spark.core.tls import TLSConfigError, TLSContexts, looks_like_tls, make_contexts
+from broker_spark.tls import TLSConfigError, TLSContexts, looks_like_tls, make_contexts
 
 
 def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> tuple[object, object]:

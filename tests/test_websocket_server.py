@@ -23,10 +23,10 @@ from broker_spark import zeek
 from broker_spark.certs import make_ca, make_node_cert, write_pem
 from broker_spark.config import TLSSettings
 from broker_spark.core import memory_link
-from broker_spark.core.tls import make_contexts
 from broker_spark.data.json_codec import decode_client_message, encode_data_message
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 from broker_spark.errors import SC
+from broker_spark.tls import make_contexts
 
 pytestmark = pytest.mark.timeout(30)
 

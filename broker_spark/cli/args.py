@@ -199,7 +199,7 @@ def check_tls(config: Any) -> None:
     if config.options.disable_ssl or not config.authenticated:
         return
     from broker_spark.config import TLSSettings
-    from broker_spark.core.tls import TLSConfigError, make_contexts
+    from broker_spark.tls import TLSConfigError, make_contexts
 
     try:
         make_contexts(TLSSettings.of(config, disable_ssl=False))

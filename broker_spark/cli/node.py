@@ -447,7 +447,7 @@ def _reader_grant(text: str) -> tuple[str, tuple[str, ...]]:
 def _relay_tls(config: Any) -> Any:
     """The relay's server TLS context: the node's own TLS settings (None: plain TCP)."""
     from broker_spark.config import TLSSettings
-    from broker_spark.core.tls import make_contexts
+    from broker_spark.tls import make_contexts
 
     contexts = make_contexts(TLSSettings.of(config))
     return contexts.server if contexts is not None else None

@@ -106,7 +106,7 @@ def _offline(path: str) -> dict[str, Any]:
 def _client_tls(args: argparse.Namespace) -> Any:
     from broker_spark.cli.args import client_configuration
     from broker_spark.config import TLSSettings
-    from broker_spark.core.tls import make_contexts
+    from broker_spark.tls import make_contexts
 
     contexts = make_contexts(TLSSettings.of(client_configuration(args)))
     return contexts.client if contexts is not None else None

@@ -18,11 +18,11 @@ import contextlib
 import socket
 from collections.abc import Callable
 
-from broker_spark.core.tls import looks_like_tls
 from broker_spark.errors import EC
 from broker_spark.protocol.framing import encode_frame
 from broker_spark.protocol.wire_messages import DropConn, encode_handshake
 from broker_spark.status import NetworkInfo
+from broker_spark.tls import looks_like_tls
 
 __all__ = ["Listener", "classify_tls_failure"]
 

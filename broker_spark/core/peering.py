@@ -47,7 +47,6 @@ from broker_spark.core.connection import PeerConnection
 from broker_spark.core.fabric import Fabric
 from broker_spark.core.listener import Listener, classify_tls_failure
 from broker_spark.core.tcp_link import TcpLink
-from broker_spark.core.tls import TLSConfigError, make_contexts
 from broker_spark.errors import EC, SC, DeliveryError, PeeringError, ShutdownError
 from broker_spark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from broker_spark.protocol.peering import (
@@ -73,6 +72,7 @@ from broker_spark.status import (
     PeerInfo,
     PeerStatus,
 )
+from broker_spark.tls import TLSConfigError, make_contexts
 from broker_spark.topic import Filter
 
 if TYPE_CHECKING:

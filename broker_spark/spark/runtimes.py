@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 from broker_spark.config import TLSSettings
-from broker_spark.core.tls import make_contexts
 from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.errors import BrokerError
 from broker_spark.spark.driver_side import (
@@ -39,6 +38,7 @@ from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClient
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
+from broker_spark.tls import make_contexts
 
 __all__ = [
     "FETCH_TIMEOUT",

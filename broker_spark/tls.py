@@ -1,4 +1,9 @@
-"""TLS contexts for peering, matching Broker's defaults.
+"""TLS contexts from the TLS settings (:class:`~broker_spark.config.TLSSettings`), matching
+Broker's defaults.
+
+One module, below everything that dials or listens, so every one of them makes its
+contexts the same way: the core's peering, the WebSocket API, the relay and the
+receiver (``broker-spark node``, ``status``) and Spark's readers of a relay.
 
 Broker encrypts by default. With any certificate option set, both sides present
 certificates that verify against the configured CA (mutual TLS, TLS 1.2 or
