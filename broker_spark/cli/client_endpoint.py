@@ -39,12 +39,12 @@ def parse_proxy(text: str | None) -> tuple[str, str] | None:
     addresses; CliError naming the flag when it is neither."""
     if text is None:
         return None
-    from broker_spark.spark.options import BrokerOptionError, parse_zeromq_proxy
+    from broker_spark.zeromq.proxy_address import ProxyAddressError, parse_zeromq_proxy
 
     try:
         return parse_zeromq_proxy(text, "--zeromq-proxy")
-    except BrokerOptionError as exc:
-        raise CliError(str(exc).replace("option --zeromq-proxy=", "--zeromq-proxy ")) from None
+    except ProxyAddressError as exc:
+        raise CliError(str(exc)) from None
 
 
 class Client:

@@ -2,20 +2,25 @@
 
 Kept apart from :mod:`~broker_spark.spark.options` (which checks all options
 together and re-exports what is public here), so each stays small. The names
-follow Zeek's own options (``Cluster::Backend::ZeroMQ::...``).
+follow Zeek's own options (``Cluster::Backend::ZeroMQ::...``). Where the proxy is
+(``zeromq.proxy``) is read as the command reads ``--zeromq-proxy``, by
+:mod:`broker_spark.zeromq.proxy_address`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker_spark.spark.option_values import BrokerOptionError
+from broker_spark.zeromq.proxy_address import (
+    ProxyAddressError,
+    is_zeromq_endpoint,
+    parse_zeromq_proxy,
+)
 
 __all__ = [
     "ZEROMQ_CURVE",
-    "ZEROMQ_PROXY_PORTS",
     "ZeroMQOptions",
     "parse_zeromq",
     "parse_zeromq_proxy",
@@ -28,9 +33,6 @@ ZEROMQ_CURVE = (
     "zeromq.curveClientPublicKey",
     "zeromq.curveClientSecretKey",
 )
-
-#: The ports Zeek's proxy binds by default: its XPUB (our XSUB connects) and its XSUB.
-ZEROMQ_PROXY_PORTS = (5555, 5556)
 
 
 class _Options(Protocol):
@@ -61,30 +63,11 @@ class ZeroMQOptions:
         return CurveKeys.resolve(CurveKeys(*self.curve))
 
 
-_ZMQ_ENDPOINT = re.compile(r"(tcp|ipc|inproc)://\S+\Z")
-
-
 def _zeromq_endpoint(raw: _Options, name: str) -> str | None:
     value = raw.nonempty(name)
-    if value is not None and not _ZMQ_ENDPOINT.match(value):
+    if value is not None and not is_zeromq_endpoint(value):
         raise BrokerOptionError(name, value, "expected a ZeroMQ endpoint such as tcp://host:5557")
     return value
-
-
-def parse_zeromq_proxy(text: str, option: str) -> tuple[str, str]:
-    """A Zeek cluster's ZeroMQ proxy: its host (Zeek's ports 5555 for its XPUB, 5556 for its
-    XSUB) or both endpoints, ``tcp://h:5555,tcp://h:5556`` (where our XSUB, then our XPUB,
-    connect: Zeek's ``connect_xsub_endpoint`` and ``connect_xpub_endpoint``)."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) == 2 and all(_ZMQ_ENDPOINT.match(p) for p in parts):
-        return parts[0], parts[1]
-    host = text.strip().removeprefix("tcp://")
-    if len(parts) != 1 or not host or "/" in host or (":" in host and not host.startswith("[")):
-        raise BrokerOptionError(
-            option, text, "expected the proxy's host, or its XPUB and XSUB endpoints (a,b)"
-        )
-    first, second = (f"tcp://{host}:{port}" for port in ZEROMQ_PROXY_PORTS)
-    return first, second
 
 
 def parse_zeromq(raw: _Options) -> ZeroMQOptions:
@@ -97,7 +80,10 @@ def parse_zeromq(raw: _Options) -> ZeroMQOptions:
             raise BrokerOptionError(
                 "zeromq.proxy", proxy, "contradicts zeromq.connectXsubEndpoint/connectXpubEndpoint"
             )
-        xsub, xpub = parse_zeromq_proxy(proxy, "zeromq.proxy")
+        try:
+            xsub, xpub = parse_zeromq_proxy(proxy, "zeromq.proxy")
+        except ProxyAddressError as exc:
+            raise BrokerOptionError(exc.option, exc.value, exc.reason) from None
     if (xsub is None) != (xpub is None):
         given = "zeromq.connectXsubEndpoint" if xpub is None else "zeromq.connectXpubEndpoint"
         raise BrokerOptionError(
