@@ -42,8 +42,8 @@ from broker_spark.core.transport_host import TransportHost
 from broker_spark.data.binary import encode
 from broker_spark.publisher import Publisher
 from broker_spark.status import PeerInfo, PeerStatus
-from broker_spark.subscriber import RawSubscriber, StatusSubscriber, Subscriber, topic_list
-from broker_spark.topic import Topic, as_topic_str
+from broker_spark.subscriber import RawSubscriber, StatusSubscriber, Subscriber
+from broker_spark.topic import Topic, as_topic_str, topic_list
 
 if TYPE_CHECKING:
     from broker_spark.core.link import Link

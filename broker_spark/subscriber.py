@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -25,21 +25,12 @@ from broker_spark.core.node_message import SharedMessage, decoded, decoded_all, 
 from broker_spark.core.queues import SubscriberQueue
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.status import Error
-from broker_spark.topic import Topic, as_topic_str
+from broker_spark.topic import as_topic_str
 
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
 
-__all__ = ["RawSubscriber", "StatusSubscriber", "Subscriber", "parse_get_args", "topic_list"]
-
-
-def topic_list(topics: Any) -> list[str]:
-    """Broker accepts one topic or an iterable of them; return plain strings."""
-    if isinstance(topics, (str, Topic)) or hasattr(topics, "string"):
-        return [as_topic_str(topics)]
-    if isinstance(topics, Iterable):
-        return [as_topic_str(t) for t in topics]
-    return [as_topic_str(topics)]
+__all__ = ["RawSubscriber", "StatusSubscriber", "Subscriber", "parse_get_args"]
 
 
 def _seconds(value: Any) -> float:

@@ -9,6 +9,7 @@ it can never match anything the shorter one does not.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 SEP = "/"
 
@@ -50,6 +51,15 @@ def as_topic_str(topic: object) -> str:
     if callable(string):
         return str(string())
     raise TypeError(f"expected a topic (str or Topic), got {type(topic).__name__}: {topic!r}")
+
+
+def topic_list(topics: Any) -> list[str]:
+    """Broker accepts one topic or an iterable of them; return plain strings."""
+    if isinstance(topics, (str, Topic)) or hasattr(topics, "string"):
+        return [as_topic_str(topics)]
+    if isinstance(topics, Iterable):
+        return [as_topic_str(t) for t in topics]
+    return [as_topic_str(topics)]
 
 
 def matches(prefixes: Iterable[str], topic: str) -> bool:

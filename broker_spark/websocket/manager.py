@@ -29,8 +29,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_spark.config import TLSSettings
-from broker_spark.subscriber import topic_list
 from broker_spark.tls import TLSContexts, make_contexts
+from broker_spark.topic import topic_list
 from broker_spark.version import Version
 from broker_spark.websocket.bridge import WebSocketPeer, normalize_url
 from broker_spark.websocket.pacing import DEFAULT_GROUP, DEFAULT_WINDOW
