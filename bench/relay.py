@@ -84,12 +84,12 @@ def _fill_conn(path: str, rows: int, seed: int = 7) -> int:
 def _serve(path: str, index_interval: int, ports: Any, stop: Any) -> None:
     """A relay's server over an existing spool, in a process of its own (as a relay node is):
     no endpoint, nothing new arrives."""
-    from broker_spark.spool.relay_server import SpoolServer
+    from broker_spark.spool.relay_server import RelayServer
     from broker_spark.spool.schema_history import LogSchemaHistory
     from broker_spark.spool.service import SpoolService
 
     spool = Spool(path, index_interval=index_interval)
-    server = SpoolServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
+    server = RelayServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
     ports.put(server.serve_tcp("127.0.0.1", 0))
     stop.wait()
     server.close()

@@ -31,7 +31,7 @@ import broker_spark as broker
 from broker_spark.admission import TOO_MANY, UNAUTHORIZED, Admission, authorization_matches
 from broker_spark.spool import metrics
 from broker_spark.spool.relay_client import RelayError, SpoolClient
-from broker_spark.spool.relay_server import SpoolServer
+from broker_spark.spool.relay_server import RelayServer
 from broker_spark.websocket.manager import manager_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -236,7 +236,7 @@ def test_a_relay_serves_at_most_its_bound_and_status_counts_what_it_refused(
 ) -> None:
     relay = Relay(tmp_path / "relay")
     try:
-        server: SpoolServer = relay.node.server
+        server: RelayServer = relay.node.server
         server.admission.limit = 2  # the same code path as 256, sooner
         relay.publish(0, 10)
         a = SpoolClient.tcp("127.0.0.1", relay.port, None)

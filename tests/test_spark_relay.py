@@ -20,7 +20,7 @@ from test_cli_support import Command
 
 import broker_spark as broker
 from broker_spark import zeek
-from broker_spark.cli.spool_node import RelayNode, SpoolSettings, size_value
+from broker_spark.cli.relay_node import RelayNode, SpoolSettings, size_value
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.spark.compat import ReadAllAvailable
 from broker_spark.spark.driver_side import BrokerDataLossError

@@ -59,7 +59,7 @@ def _master_spec(text: str) -> StoreSpec:
 
 
 def _size(text: str) -> int:
-    from broker_spark.cli.spool_node import size_value
+    from broker_spark.cli.relay_node import size_value
 
     try:
         return size_value(text)
@@ -416,7 +416,7 @@ def _relay_node(settings: NodeSettings) -> Any:
         if settings.spool_topics:
             raise UsageError("--subscribe is for the spool: give --spool DIR too")
         return None
-    from broker_spark.cli.spool_node import RelayNode, SpoolSettings
+    from broker_spark.cli.relay_node import RelayNode, SpoolSettings
 
     if settings.spool_readers and (settings.tls.disable_ssl or not settings.tls.authenticated):
         raise UsageError(

@@ -185,7 +185,7 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
     from broker_spark.spark.connect import EndpointSettings, open_endpoint, open_log_receiver
     from broker_spark.spark.driver_side import open_configured_spool
     from broker_spark.spark.options import parse_reader_options
-    from broker_spark.spool.relay_server import SpoolServer
+    from broker_spark.spool.relay_server import RelayServer
     from broker_spark.spool.schema_history import LogSchemaHistory
     from broker_spark.spool.service import SpoolService
     from broker_spark.spool.spool import SpoolLockedError
@@ -235,7 +235,7 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
                 return "the reader sent no options to compare"
             return identity_problem(identity, theirs)
 
-        server = SpoolServer(
+        server = RelayServer(
             service,
             attach=attach,
             stop=stop.set,

@@ -36,7 +36,7 @@ from broker_spark.spool.relay_protocol import (
 from broker_spark.spool.segment import DataLossError, SpoolError
 from broker_spark.spool.service import SpoolService
 
-__all__ = ["SpoolServer"]
+__all__ = ["RelayServer"]
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,10 @@ class _Reader:
         }
 
 
-class SpoolServer:
-    """Serves ``service``'s spool to readers.
+class RelayServer:
+    """Serves ``service``'s spool to readers: the server side of the spool protocol
+    (:class:`~broker_spark.spool.relay_protocol.RelayServerSession`, one a connection), for
+    a relay over TCP/TLS and for a receiver over its Unix socket.
 
     ``attach(fields)`` checks a local reader's HELLO (the receiver compares its
     options) and returns an error text or None; ``stop()`` is called on a

@@ -47,7 +47,7 @@ class SpoolSettings:
     relay: tuple[str, int] | None
     retention_bytes: int | None
     retention_seconds: float | None
-    #: readers limited to topic prefixes by their certificate's name (see SpoolServer)
+    #: readers limited to topic prefixes by their certificate's name (see RelayServer)
     readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the size of one spool file (retention drops whole files); None: the spool's default
     segment_bytes: int | None = None
@@ -112,7 +112,7 @@ class RelayNode:
 
     def start(self, tls: Any) -> int | None:
         """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""
-        from broker_spark.spool.relay_server import SpoolServer
+        from broker_spark.spool.relay_server import RelayServer
 
         self.service.start()
         spool = self.service.spool
@@ -125,7 +125,7 @@ class RelayNode:
         )
         if self.settings.relay is None:
             return None
-        self.server = SpoolServer(
+        self.server = RelayServer(
             self.service, name="broker-spark-relay", grants=self.settings.readers
         )
         host, port = self.settings.relay
