@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from broker_spark.data.types import INT64_MAX, INT64_MIN, UINT64_MAX, Count, Enum, Port
-from broker_spark.zeek.schema import LogField, LogSchema
+from broker_spark.zeek.log_schema import LogField, LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekSet, ZeekType, zeek_interval, zeek_time
 
 ATOMIC = [

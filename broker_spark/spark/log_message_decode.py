@@ -28,7 +28,7 @@ from broker_spark.spark.compat import arrow_schema
 from broker_spark.spark.log_metadata_columns import learn_schema_texts
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, LogColumns, zeek_log_schema
-from broker_spark.zeek.schema import LogSchema
+from broker_spark.zeek.log_schema import LogSchema
 
 __all__ = ["TypedMessages", "line_runs_partition"]
 

@@ -35,7 +35,7 @@ from broker_spark.spark.log_metadata_columns import (
     schema_texts,
 )
 from broker_spark.zeek.log_scan import LogGroup
-from broker_spark.zeek.schema import LogSchema
+from broker_spark.zeek.log_schema import LogSchema
 
 __all__ = ["message_rows"]
 

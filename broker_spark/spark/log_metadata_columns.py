@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.zeek.schema import LogSchema
+from broker_spark.zeek.log_schema import LogSchema
 
 __all__ = [
     "learn_schema_texts",

@@ -35,9 +35,9 @@ from broker_spark.errors import EncodeError
 from broker_spark.spark.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.row_messages import BadRow, EncodedBatch
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD
+from broker_spark.zeek.log_schema import LogField, LogSchema
 from broker_spark.zeek.logs import DEFAULT_WRITER, LogCreate
 from broker_spark.zeek.record import encode_record
-from broker_spark.zeek.schema import LogField, LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = ["LOG_BATCH_SIZE", "LogRowEncoder", "log_schema_of"]

@@ -278,7 +278,7 @@ def _refuse_open_listeners(conn: ConnectionOptions) -> None:
 
 def _zeek_version(raw: RawOptions) -> str:
     """``zeekVersion``: a release whose standard schemas are built in (``8.0.10`` reads as 8.0)."""
-    from broker_spark.zeek.schema import STANDARD_SCHEMA_FILES, release_of
+    from broker_spark.zeek.log_schema import STANDARD_SCHEMA_FILES, release_of
 
     text = raw.get("zeekVersion")
     if text is None:

@@ -30,7 +30,7 @@ import pyarrow.json as pj
 
 from broker_spark.spark.zeek_schema import COLUMN_LAYOUTS, ColumnNode, nest_columns
 from broker_spark.zeek.arrow_columns import micros_of_seconds, numbers
-from broker_spark.zeek.schema import LogSchema
+from broker_spark.zeek.log_schema import LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = ["arrow_type", "parse_lines"]

@@ -54,8 +54,8 @@ from broker_spark.zeek.arrow_columns import spark_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
 from broker_spark.zeek.log_lines import group_lines
 from broker_spark.zeek.log_scan import LogGroup, LogScanner
+from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry, standard_schema
 from broker_spark.zeek.record import decode_values
-from broker_spark.zeek.schema import LogSchema, SchemaRegistry, standard_schema
 
 __all__ = ["CHUNK_RECORDS", "LogConverter", "schema_id"]
 

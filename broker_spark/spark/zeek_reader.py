@@ -32,7 +32,7 @@ from broker_spark.spark.stream_reader import BrokerStreamReader
 from broker_spark.spark.zeek_logs import LogConverter
 from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
-from broker_spark.zeek.schema import LogSchema, standard_schema
+from broker_spark.zeek.log_schema import LogSchema, standard_schema
 
 __all__ = ["SPOOL_INDEX_INTERVAL", "ZeekLogStreamReader", "known_log_schema", "offered_schema"]
 

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 )
 
 from broker_spark.spark.options import BrokerOptionError
-from broker_spark.zeek.schema import LogSchema, standard_schema
+from broker_spark.zeek.log_schema import LogSchema, standard_schema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = [

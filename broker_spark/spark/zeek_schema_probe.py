@@ -21,8 +21,8 @@ from broker_spark.errors import BrokerError, DecodeError
 from broker_spark.spark.options import ReaderOptions
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek.log_scan import is_log_create
+from broker_spark.zeek.log_schema import LogSchema
 from broker_spark.zeek.logs import LogCreate
-from broker_spark.zeek.schema import LogSchema
 
 __all__ = ["learn_log_schema"]
 

@@ -89,7 +89,7 @@ from broker_spark.spark.zeek_tables_stage import (
     safe_name,
     stage_partition,
 )
-from broker_spark.zeek.schema import LogSchema, standard_schema
+from broker_spark.zeek.log_schema import LogSchema, standard_schema
 
 __all__ = [
     "ZeekTableError",

@@ -45,7 +45,7 @@ from broker_spark.spark.log_message_decode import TypedMessages
 from broker_spark.spark.log_metadata_columns import learn_schema_texts
 from broker_spark.spark.zeek_json_arrow import parse_lines
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, RELAY_METADATA, metadata_names
-from broker_spark.zeek.schema import LogSchema, standard_schema
+from broker_spark.zeek.log_schema import LogSchema, standard_schema
 
 __all__ = [
     "DAY",

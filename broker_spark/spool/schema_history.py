@@ -31,8 +31,8 @@ from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
 from broker_spark.zeek.log_batch import is_log_batch, read_header, record_count
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD, is_log_create
+from broker_spark.zeek.log_schema import LogSchema
 from broker_spark.zeek.logs import LogCreate
-from broker_spark.zeek.schema import LogSchema
 
 __all__ = ["HISTORY_FILE", "LogSchemaHistory", "describe_change", "records_in"]
 

@@ -7,6 +7,15 @@ and Zeek's own JSON log lines.
 """
 
 from broker_spark.zeek.json_log import LineRenderer, render_line, render_value
+from broker_spark.zeek.log_schema import (
+    STANDARD_SCHEMAS_ZEEK_VERSION,
+    LogField,
+    LogSchema,
+    SchemaRegistry,
+    standard_paths,
+    standard_schema,
+    standard_schemas,
+)
 from broker_spark.zeek.logs import (
     DEFAULT_WRITER,
     Batch,
@@ -29,15 +38,6 @@ from broker_spark.zeek.message import (
     message_type,
 )
 from broker_spark.zeek.record import decode_values, encode_record
-from broker_spark.zeek.schema import (
-    STANDARD_SCHEMAS_ZEEK_VERSION,
-    LogField,
-    LogSchema,
-    SchemaRegistry,
-    standard_paths,
-    standard_schema,
-    standard_schemas,
-)
 from broker_spark.zeek.types import TypeTag, ZeekInterval, ZeekSet, ZeekTime, ZeekType
 
 __all__ = [

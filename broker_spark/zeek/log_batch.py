@@ -43,9 +43,9 @@ from broker_spark.data.binary import encode
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import DecodeError, EncodeError
 from broker_spark.zeek.columns import _PAD, Block, value_run_ends
+from broker_spark.zeek.log_schema import LogField, LogSchema
 from broker_spark.zeek.logs import LogCreate, WriterInfo
 from broker_spark.zeek.record import MAX_FIELDS, _skip, decode_values, encode_record
-from broker_spark.zeek.schema import LogField, LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = [

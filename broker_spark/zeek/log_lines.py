@@ -26,8 +26,8 @@ from broker_spark.zeek.columns import _PAD, Block, decode_block
 from broker_spark.zeek.json_columns import render_block
 from broker_spark.zeek.json_log import LineRenderer
 from broker_spark.zeek.log_scan import LogGroup, LogScanner
+from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry, standard_schema
 from broker_spark.zeek.record import decode_values
-from broker_spark.zeek.schema import LogSchema, SchemaRegistry, standard_schema
 
 __all__ = ["BULK_MIN", "LogLines", "group_lines"]
 

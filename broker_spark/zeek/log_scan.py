@@ -9,7 +9,7 @@ value and no log value is built. The records are then decoded many at a time
 by :mod:`~broker_spark.zeek.columns`.
 
 LogCreate messages, rare by comparison, are decoded and fed to the
-scanner's :class:`~broker_spark.zeek.schema.SchemaRegistry` on the spot, so
+scanner's :class:`~broker_spark.zeek.log_schema.SchemaRegistry` on the spot, so
 every record is tied to the schema in force when it arrived (a LogCreate that
 changes a stream's columns applies to the records after it). Everything
 else (events, identifier updates) is skipped and counted.
@@ -31,8 +31,8 @@ from broker_spark.data.binary_decode import decode_from
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
 from broker_spark.zeek.log_batch import read_header, record_spans, run_spans
+from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry
 from broker_spark.zeek.logs import LogCreate
-from broker_spark.zeek.schema import LogSchema, SchemaRegistry
 
 __all__ = ["LOG_CREATE_HEAD", "LogGroup", "LogScanner", "is_log_create"]
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from broker_spark.data.types import Count, Enum
 from broker_spark.errors import DecodeError
+from broker_spark.zeek.log_schema import LogField, LogSchema
 from broker_spark.zeek.message import (
     PROTOCOL_VERSION,
     Event,
@@ -39,7 +40,6 @@ from broker_spark.zeek.message import (
     _plain,
 )
 from broker_spark.zeek.record import decode_values, encode_record
-from broker_spark.zeek.schema import LogField, LogSchema
 from broker_spark.zeek.types import TypeTag, ZeekType
 
 __all__ = [
@@ -153,8 +153,8 @@ class LogCreate(_View):
     """``LogCreate(stream_id, writer_id, writer_info, fields)`` or ``LogCreate(data)``.
 
     ``writer_info`` is a :class:`WriterInfo` or just the path (``"conn"``);
-    ``fields`` are :class:`~broker_spark.zeek.schema.LogField` (or a
-    :class:`~broker_spark.zeek.schema.LogSchema`). ``LogCreate.of(schema)``
+    ``fields`` are :class:`~broker_spark.zeek.log_schema.LogField` (or a
+    :class:`~broker_spark.zeek.log_schema.LogSchema`). ``LogCreate.of(schema)``
     builds one from a schema alone.
     """
 

@@ -400,7 +400,7 @@ def _as_type(spec: Any) -> ZeekType | None:
 
 def encode_record(values: Sequence[Any] | Mapping[str, Any], types: Sequence[Any]) -> bytes:
     """Serialize one record as Zeek does: ``values`` in column order (or a mapping by the
-    names of ``types``, which are then :class:`~broker_spark.zeek.schema.LogField`s).
+    names of ``types``, which are then :class:`~broker_spark.zeek.log_schema.LogField`s).
 
     ``types`` gives each column's type (a :class:`ZeekType`, a tag, a Zeek spelling such
     as ``"set[string]"``, or a LogField); it is needed because an unset field (None)
