@@ -14,7 +14,7 @@ from zeek_strategies import doubles, schema_and_records
 
 from broker_spark.data.types import Port
 from broker_spark.zeek import LogField, TypeTag, decode_values, encode_record, render_line
-from broker_spark.zeek.arrow_columns import MAX_MICROS, MIN_MICROS, ipv6_strings, spark_array
+from broker_spark.zeek.arrow_columns import MAX_MICROS, MIN_MICROS, ipv6_strings, sql_array
 from broker_spark.zeek.columns import Block, decode_block
 from broker_spark.zeek.json_columns import double_texts, render_block
 from broker_spark.zeek.logs import _field_from_data
@@ -110,12 +110,12 @@ def test_ipv6_texts_in_bulk_equal_zeeks_rules() -> None:
 
 
 @given(schema_and_records(max_records=6))
-def test_spark_arrays_hold_the_values_of_the_reference_decoder(case) -> None:
+def test_sql_arrays_hold_the_values_of_the_reference_decoder(case) -> None:
     schema, rows = case
     block = Block.from_records([encode_record(r, schema.fields) for r in rows])
     decoded = decode_block(block, schema.types)
     for c, (field, col) in enumerate(zip(schema.fields, decoded.columns, strict=True)):
-        arr, misfits = spark_array(block.buf, col)
+        arr, misfits = sql_array(block.buf, col)
         got = arr.to_pylist()
         expected_misfits = 0
         for r, row in enumerate(rows):

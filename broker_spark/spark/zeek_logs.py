@@ -50,7 +50,7 @@ from broker_spark.spark.log_metadata_columns import (
     schema_texts,
 )
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, LogColumns
-from broker_spark.zeek.arrow_columns import spark_array
+from broker_spark.zeek.arrow_columns import sql_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
 from broker_spark.zeek.log_lines import group_lines
 from broker_spark.zeek.log_scan import LogGroup, LogScanner
@@ -268,7 +268,7 @@ class LogConverter:
             if decoded is None or index is None:
                 out[leaf] = pa.nulls(n, target)
                 continue
-            arr, misfits = spark_array(block.buf, decoded.columns[index])
+            arr, misfits = sql_array(block.buf, decoded.columns[index])
             if misfits and self.strict:
                 raise RecordConversionError(f"column {leaf}: a value does not fit {target}")
             self.misfits += misfits

@@ -11,9 +11,10 @@ Python), and addresses as text (IPv4 in bulk, IPv6 one at a time).
 Natural forms (:func:`natural_array`): bool ``bool``, int ``int64``, count
 ``uint64``, double, time and interval ``float64`` (seconds), port ``uint16``
 (its number), texts ``string``, addr and subnet ``string``, set and vector a
-``list`` of the element's form. Spark's forms (:func:`spark_array`) differ in
-count (``int64``, above 2**63-1 is a misfit), time (``timestamp[us]``,
-rounded half away from zero, as ``read_zeek_json`` does), port (``int32``).
+``list`` of the element's form. SQL forms (:func:`sql_array`: no unsigned integers,
+times as timestamps; what a Spark table takes) differ in count (``int64``, above
+2**63-1 is a misfit), time (``timestamp[us]``, rounded half away from zero, as
+``read_zeek_json`` does), port (``int32``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = [
     "natural_array",
     "printable_rows",
     "raw_texts",
-    "spark_array",
+    "sql_array",
     "text_strings",
     "validity",
 ]
@@ -265,8 +266,9 @@ def natural_array(buf: np.ndarray, col: ColumnData) -> pa.Array:
     return pa.nulls(len(col.present), pa.null())
 
 
-def spark_array(buf: np.ndarray, col: ColumnData) -> tuple[pa.Array, int]:
-    """A column as its Spark type wants it, and how many values did not fit (made null)."""
+def sql_array(buf: np.ndarray, col: ColumnData) -> tuple[pa.Array, int]:
+    """A column in its SQL form (see the module's docstring), and how many values did not
+    fit (made null)."""
     tag = col.tag
     if tag is TypeTag.COUNT:
         values = col.values.astype(np.uint64)
@@ -283,6 +285,6 @@ def spark_array(buf: np.ndarray, col: ColumnData) -> tuple[pa.Array, int]:
         return numbers(col.values.astype(np.int32), pa.int32(), col.present), 0
     if tag in (TypeTag.TABLE, TypeTag.VECTOR):
         assert col.elements is not None
-        inner, misfits = spark_array(buf, col.elements)
+        inner, misfits = sql_array(buf, col.elements)
         return _list_array(col, inner), misfits
     return natural_array(buf, col), 0
