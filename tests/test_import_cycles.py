@@ -136,18 +136,120 @@ def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> Non
     assert circles(graph) == [["pkg.owner", "pkg.sub.part"]]
 
 
-def test_the_library_below_knows_neither_spark_nor_the_command() -> None:
-    """``spark/``, ``cli/`` and ``demo/`` sit on top: nothing of the library imports them."""
-    top = ("broker_spark.spark", "broker_spark.cli", "broker_spark.demo", "broker_spark.__main__")
-    graph = import_graph(ROOT, "broker_spark")
-    upward = sorted(
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+#: The layers on top of the library, highest first. The entry points (``python -m
+#: broker_spark``, and ``python -m broker_spark.demo``, which runs the demo through the
+#: command) use the command, the command uses the demo, the demo uses Spark, and the
+#: library below knows none of them.
+TOP_LAYERS = (
+    ("broker_spark.__main__", "broker_spark.demo.__main__"),
+    ("broker_spark.cli",),
+    ("broker_spark.demo",),
+    ("broker_spark.spark",),
+)
+
+
+def layer_of(module: str) -> int:
+    """0 for the entry points, 1 for the command, ..., ``len(TOP_LAYERS)`` for the library."""
+    return next(
+        (rank for rank, packages in enumerate(TOP_LAYERS) if _in(module, packages)),
+        len(TOP_LAYERS),
+    )
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of a module of a layer above its own."""
+    return sorted(
         f"{module} -> {dep}"
         for module, deps in graph.items()
-        if not module.startswith(top)
         for dep in deps
-        if dep.startswith(top)
+        if layer_of(dep) < layer_of(module)
     )
-    assert upward == []
+
+
+def test_every_arrow_points_down_the_layers() -> None:
+    """Nothing below ``spark/`` imports it, nothing below ``cli/`` imports the command (nor
+    anything below ``demo/`` the demo): where a lower part needs something of an upper one,
+    that something belongs below both (``tls``, ``zeromq/proxy_address``)."""
+    assert upward_arrows(import_graph(ROOT, "broker_spark")) == []
+
+
+def test_an_arrow_up_the_layers_is_found() -> None:
+    graph = {
+        "broker_spark.zeromq.x": {"broker_spark.spark.options"},
+        "broker_spark.spark.y": {"broker_spark.cli.z", "broker_spark.topic"},
+        "broker_spark.demo.__main__": {"broker_spark.cli"},
+        "broker_spark.cli.z": {"broker_spark.demo.options", "broker_spark.spark.y"},
+    }
+    assert upward_arrows(graph) == [
+        "broker_spark.spark.y -> broker_spark.cli.z",
+        "broker_spark.zeromq.x -> broker_spark.spark.options",
+    ]
+
+
+def arrows_into(
+    graph: dict[str, set[str]], sources: tuple[str, ...], targets: tuple[str, ...]
+) -> list[str]:
+    """The imports from a module in ``sources`` of a module in ``targets``."""
+    return sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if _in(module, sources)
+        for dep in deps
+        if _in(dep, targets)
+    )
+
+
+def test_the_command_the_demo_and_spark_reach_no_core_internals() -> None:
+    """``cli/``, ``demo/`` and ``spark/`` use the public endpoint (and its extensions) and
+    the shared modules of the ground floor (TLS contexts: ``broker_spark.tls``), never
+    ``core/``."""
+    graph = import_graph(ROOT, "broker_spark")
+    above = ("broker_spark.cli", "broker_spark.demo", "broker_spark.spark")
+    assert arrows_into(graph, above, ("broker_spark.core",)) == []
+
+
+#: What the command uses of ``spark/``: a query's receiver, for ``status`` of its spool and
+#: ``receiver stop``. The rest of the command, a relay node above all, needs none of
+#: Spark's data source (where a ZeroMQ proxy is, say, is read by ``zeromq/proxy_address``).
+COMMAND_USES_OF_SPARK = ["broker_spark.cli.spool_status -> broker_spark.spark.receiver_attach"]
+
+
+def test_the_command_uses_of_spark_only_the_receiver() -> None:
+    graph = import_graph(ROOT, "broker_spark")
+    assert arrows_into(graph, ("broker_spark.cli",), ("broker_spark.spark",)) == (
+        COMMAND_USES_OF_SPARK
+    )
+
+
+#: The facade on top of the core: the package root, the endpoint and what it hands itself to.
+FACADE_MODULES = {
+    "broker_spark",
+    "broker_spark.endpoint",
+    "broker_spark.introspect",
+    "broker_spark.publisher",
+    "broker_spark.store_api",
+    "broker_spark.subscriber",
+}
+
+
+def test_the_transports_beside_the_endpoint_know_nothing_of_the_facade() -> None:
+    """``websocket/`` and ``zeromq/`` get what they use of an endpoint as its
+    ``core/transport_host.TransportHost``; they import neither the endpoint nor the facade
+    around it, so a helper both need lives below (``topic.topic_list``)."""
+    graph = import_graph(ROOT, "broker_spark")
+    assert graph.keys() >= FACADE_MODULES
+    transports = ("broker_spark.websocket", "broker_spark.zeromq")
+    wrong = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if _in(module, transports)
+        for dep in deps & FACADE_MODULES
+    )
+    assert wrong == []
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
