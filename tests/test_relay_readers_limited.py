@@ -242,6 +242,20 @@ def test_a_spark_reader_with_a_limited_certificate_reads_its_topics(
         greedy.stop()
 
 
+def test_a_zeek_log_reader_with_the_default_topics_is_served_every_record() -> None:
+    """Logs reach a relay on ``zeek/logs/`` and, in a Broker cluster, on each logger's node
+    topic (``zeek/cluster/node/<logger>/``): a ``format=zeek-logs`` reader that did not
+    name its ``topics`` is served all the relay holds (it keeps the log messages); one
+    that named them, and every other reader, is served its topics."""
+    relay = {"relay": "127.0.0.1:9998"}
+    logs = parse_reader_options({**relay, "format": "zeek-logs"})
+    assert logs.topics == ("zeek/logs/",) and logs.served_topics is None
+    named = parse_reader_options({**relay, "format": "zeek-logs", "topics": "zeek/logs/"})
+    assert named.served_topics == ("zeek/logs/",)
+    events = parse_reader_options({**relay, "topics": "site/a,site/b"})
+    assert events.served_topics == ("site/a", "site/b")
+
+
 @pytest.mark.parametrize("partition_data", ["auto", "inline"])
 def test_a_spark_reader_reads_only_its_topics_from_a_relay_holding_more(
     relay, certs, partition_data: str

@@ -134,6 +134,17 @@ class ReaderOptions:
     #: the options as given (canonical names, texts): what a receiver process is started with
     given: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
+    @property
+    def served_topics(self) -> tuple[str, ...] | None:
+        """The topics a relay serves this reader (None: every record it holds): its
+        ``topics``, unless it reads Zeek's logs with the default ones. Logs reach a relay
+        on ``zeek/logs/`` and, in a Broker cluster, on each logger's node topic
+        (``zeek/cluster/node/<logger>/``); the reader keeps the log messages of whatever
+        the relay holds."""
+        if self.format == "zeek-logs" and not any(name == "topics" for name, _ in self.given):
+            return None
+        return self.topics or None
+
 
 def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) -> ReaderOptions:
     """Check and convert the options of a stream read (or, ``streaming=False``, a batch read)."""

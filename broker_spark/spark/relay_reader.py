@@ -334,7 +334,7 @@ class RelayStreamReader(BrokerStreamReader):
                 self.options.connection.ssl,
                 fail,
                 member.relay_id,
-                self.options.topics or None,
+                self.options.served_topics,
             )
         part.relay_id = member.relay_id
         if member.history is not None:

@@ -280,7 +280,9 @@ class RelayRuntime:
             try:
                 # the topics it reads: a relay that limits this reader's certificate to
                 # others refuses at once (forbidden), rather than serving it nothing
-                welcome = client.hello("follow", "reader", topics=list(self.options.topics))
+                served = self.options.served_topics
+                asked = {} if served is None else {"topics": list(served)}
+                welcome = client.hello("follow", "reader", **asked)
             except BaseException:
                 client.close()
                 raise
@@ -369,7 +371,7 @@ class RelayRuntime:
             try:
                 client = self._connected()
                 data, count = client.fetch_counted(start, end, FETCH_TIMEOUT)
-                return served_topics(client.welcome, self.options.topics or None, data, count)
+                return served_topics(client.welcome, self.options.served_topics, data, count)
             except RelayError as exc:
                 if exc.relay_code == "data_loss":
                     earliest = int(exc.fields.get("earliest", end))
