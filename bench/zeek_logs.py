@@ -11,7 +11,7 @@ What is measured, in one run:
   find the records, decode, render), against the baseline of plain
   ``json.loads`` of the lines Zeek itself wrote for the same records, in the
   same run. Also: the same records as a Spark partition's typed Arrow batch
-  (:class:`broker_spark.spark.zeek_logs.LogConverter`, what executors do),
+  (:class:`broker_spark.columnar.log_converter.LogConverter`, what executors do),
   and the one-record path (``decode_values`` + ``render_line``). Best of five
   runs each, rows per second.
 - **stream**: a publisher *process* sends pre-encoded conn-log Batches (400
@@ -92,7 +92,7 @@ def _conn_records() -> tuple[list[bytes], list[str], Any]:
 def _batches(serials: list[bytes], count: int) -> list[bytes]:
     """``count`` records (cycling through ``serials``) as Batch messages of up to 400."""
     from broker_spark.data.varbyte import encode_varbyte
-    from broker_spark.spark.log_rows import _batch
+    from broker_spark.spark.write.log_rows import _batch
     from broker_spark.zeek.log_scan import LOG_WRITE_HEAD
 
     def text(s: str) -> bytes:
@@ -122,10 +122,10 @@ def _best(fn: Any, repeat: int) -> float:
 
 
 def bench_render(rows: int, repeat: int) -> dict[str, Any]:
+    from broker_spark.columnar.log_converter import LogConverter
     from broker_spark.data.binary import encode
     from broker_spark.spark.source import arrow_schema_of
-    from broker_spark.spark.zeek_logs import LogConverter
-    from broker_spark.spark.zeek_schema import LogColumns, zeek_log_schema
+    from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema
     from broker_spark.zeek import LogCreate, decode_values, render_line
     from broker_spark.zeek.log_lines import LogLines
 
@@ -148,7 +148,7 @@ def bench_render(rows: int, repeat: int) -> dict[str, Any]:
             loads(line)
 
     spark_schema = zeek_log_schema(schema)
-    columns = LogColumns.of(spark_schema, schema.names)
+    columns = log_columns(spark_schema, schema.names)
     topics = [LOG_TOPIC] * len(messages)
     senders = ["zeek"] * len(messages)
     stamps = [1_700_000_000_000_000_000] * len(messages)
@@ -374,7 +374,7 @@ def _mix_spool(folder: str, rows: int) -> int:
     """A spool of ``rows`` records of conn, dns and http (:data:`TABLES_MIX`), as a relay
     keeps them; the number of messages."""
     from broker_spark.data.binary import encode
-    from broker_spark.spark.log_rows import _batch
+    from broker_spark.spark.write.log_rows import _batch
     from broker_spark.spool.spool import Spool
     from broker_spark.zeek import LogCreate, standard_schema
 

@@ -215,7 +215,9 @@ def test_the_command_the_demo_and_spark_reach_no_core_internals() -> None:
 #: What the command uses of ``spark/``: a query's receiver, for ``status`` of its spool and
 #: ``receiver stop``. The rest of the command, a relay node above all, needs none of
 #: Spark's data source (where a ZeroMQ proxy is, say, is read by ``zeromq/proxy_address``).
-COMMAND_USES_OF_SPARK = ["broker_spark.cli.spool_status -> broker_spark.spark.receiver_attach"]
+COMMAND_USES_OF_SPARK = [
+    "broker_spark.cli.spool_status -> broker_spark.spark.runtime.receiver_attach"
+]
 
 
 def test_the_command_uses_of_spark_only_the_receiver() -> None:
@@ -367,3 +369,39 @@ def test_a_reach_below_the_facade_is_found(tmp_path: Path) -> None:
     bad.write_text("def f(endpoint):\n    return endpoint._core.links, self._core\n")
     found = internal_reads(bad, {"_core"}, root=tmp_path)
     assert found == ["bad.py:2 ._core"]
+
+
+#: ``spark/`` by role, bottom up: a module imports only modules of its own floor or below.
+SPARK_FLOORS = (
+    ("options", "compat", "requirement", "java", "schema"),
+    ("runtime", "zeek_schema"),
+    ("read", "write"),
+    ("tables",),
+    ("source", "registration", "zeek_tables", ""),
+)
+
+
+def spark_floor(module: str) -> int | None:
+    """The floor of a module of ``broker_spark.spark`` (None: not one of them)."""
+    if module != "broker_spark.spark" and not module.startswith("broker_spark.spark."):
+        return None
+    part = module.removeprefix("broker_spark.spark").lstrip(".").partition(".")[0]
+    for floor, parts in enumerate(SPARK_FLOORS):
+        if part in parts:
+            return floor
+    raise AssertionError(f"{module} is on no floor of SPARK_FLOORS: place it")
+
+
+def test_spark_is_arranged_by_role_and_its_arrows_point_down() -> None:
+    """The data source's sub-packages stand on each other in one order: the public face
+    (source, registration, zeek_tables) on tables/, on read/ and write/, on runtime/, on
+    options/; no arrow runs back up."""
+    graph = import_graph(ROOT, "broker_spark")
+    upward = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if (here := spark_floor(module)) is not None
+        for dep in deps
+        if (there := spark_floor(dep)) is not None and there > here
+    )
+    assert upward == []

@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zeek_recordings import LOG_RECORDINGS, ZMQ_LOGS, recording, zmq_messages
 
+from broker_spark.columnar.log_converter import LogConverter
+from broker_spark.columnar.log_line_runs import join_runs, run_positions, run_starts
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
-from broker_spark.spark.log_line_runs import join_runs, run_positions, run_starts
 from broker_spark.spark.options import BrokerOptionError
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_logs import LogConverter
-from broker_spark.spark.zeek_schema import LogColumns, zeek_log_schema
+from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema
 from broker_spark.spark.zeek_tables import table_input_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite
@@ -53,7 +53,7 @@ def _rows(
     """The reader's rows of ``messages`` (at offsets from ``first``): a row a record, runs
     of JSON lines (``runs``), or messages' bytes (``as_bytes``)."""
     schema = table_input_schema(runs=runs, messages=as_bytes)
-    conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()), schemas=schemas)
+    conv = LogConverter(arrow_schema_of(schema), log_columns(schema, ()), schemas=schemas)
     return conv.convert(
         [t for t, _p, _s in messages],
         [p for _t, p, _s in messages],
@@ -159,13 +159,13 @@ def test_a_records_column_asks_for_runs_only_beside_a_log_column() -> None:
     column of the log's own (a site's log may have one), whatever its type."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    assert LogColumns.of(table_input_schema(runs=True), ()).roles["records"] == "records"
-    assert "records" not in LogColumns.of(table_input_schema(), ()).roles
+    assert log_columns(table_input_schema(runs=True), ()).roles["records"] == "records"
+    assert "records" not in log_columns(table_input_schema(), ()).roles
     typed = StructType([*zeek_log_schema("dns").fields, StructField("records", StringType())])
-    columns = LogColumns.of(typed, ())
+    columns = log_columns(typed, ())
     assert "records" not in columns.roles and "records" in columns.leaves
     with pytest.raises(BrokerOptionError, match="records must be bigint"):
-        LogColumns.of(
+        log_columns(
             StructType([*table_input_schema().fields, StructField("records", StringType())])
         )
 

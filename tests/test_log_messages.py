@@ -26,15 +26,15 @@ from test_log_line_runs import (
     two_logs_and_a_broken_record,
 )
 
+from broker_spark.columnar.log_converter import LogConverter
+from broker_spark.columnar.log_json import parse_lines
 from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
-from broker_spark.spark.log_message_decode import TypedMessages, line_runs_partition
 from broker_spark.spark.options import BrokerOptionError
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_json_arrow import parse_lines
-from broker_spark.spark.zeek_logs import LogConverter
-from broker_spark.spark.zeek_schema import LogColumns, zeek_log_schema
+from broker_spark.spark.tables.message_decode import TypedMessages, line_runs_partition
+from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema
 from broker_spark.spark.zeek_tables import table_input_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite
@@ -143,7 +143,7 @@ def test_failfast_decodes_in_the_reader_and_fails_on_a_broken_record() -> None:
     reader cannot know that without decoding, so it reads such a stream as lines."""
     messages, _a = two_logs_and_a_broken_record()
     schema = table_input_schema(messages=True)
-    conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()), mode="FAILFAST")
+    conv = LogConverter(arrow_schema_of(schema), log_columns(schema, ()), mode="FAILFAST")
     with pytest.raises(RecordConversionError, match="offset 2"):
         conv.convert(*zip(*messages[:2], strict=True), [NOW] * 2, [0, 1])
         conv.convert([messages[2][0]], [messages[2][1]], ["zeek"], [NOW], [2])
@@ -193,11 +193,11 @@ def test_a_message_column_asks_for_bytes_only_beside_a_records_column() -> None:
     the log's own (Zeek's reporter log has a ``message``)."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    assert LogColumns.of(table_input_schema(messages=True), ()).roles["message"] == "message"
+    assert log_columns(table_input_schema(messages=True), ()).roles["message"] == "message"
     with pytest.raises(BrokerOptionError, match="message column .* needs a records column"):
-        LogColumns.of(
+        log_columns(
             StructType([*table_input_schema().fields, StructField("message", BinaryType())])
         )
     reporter = zeek_log_schema("reporter")
-    columns = LogColumns.of(reporter, ())
+    columns = log_columns(reporter, ())
     assert "message" in columns.leaves and "message" not in columns.roles

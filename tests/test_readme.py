@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from broker_spark.cli import build_parser
-from broker_spark.spark import option_text
+from broker_spark.spark.options import text as option_text
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 

@@ -30,9 +30,8 @@ from broker_spark.columnar.record_batches import default_schema
 from broker_spark.config import TLSSettings
 from broker_spark.data.msgpack_records import keep_topics, pack_record, unpack_records
 from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.relay_reader import RelayStreamReader
-from broker_spark.spark.runtimes import served_topics
-from broker_spark.spool.relay_client import RelayError, SpoolClient
+from broker_spark.spark.read.stream import stream_reader
+from broker_spark.spool.relay_client import RelayError, SpoolClient, served_topics
 from broker_spark.spool.relay_protocol import (
     PROTOCOL_VERSION,
     Kind,
@@ -218,7 +217,7 @@ def test_a_spark_reader_with_a_limited_certificate_reads_its_topics(
         **_tls(certs, "dns").spark_options(),
     }  # fmt: skip
     opts = parse_reader_options(options)
-    reader = RelayStreamReader(opts, default_schema(opts.format))
+    reader = stream_reader(opts, default_schema(opts.format))
     try:
         start, end = reader.initialOffset(), reader.latestOffset(reader.initialOffset(), None)
         rows = []
@@ -234,7 +233,7 @@ def test_a_spark_reader_with_a_limited_certificate_reads_its_topics(
         reader.stop()
     # The same certificate asking for every topic is refused, with the reason.
     opts = parse_reader_options({**options, "topics": "zeek/"})
-    greedy = RelayStreamReader(opts, default_schema(opts.format))
+    greedy = stream_reader(opts, default_schema(opts.format))
     try:
         with pytest.raises(RelayError, match="may not read topics zeek/"):
             greedy.initialOffset()
@@ -269,7 +268,7 @@ def test_a_spark_reader_reads_only_its_topics_from_a_relay_holding_more(
             **_tls(certs, "other").spark_options(),
         }
     )  # fmt: skip
-    reader = RelayStreamReader(opts, default_schema(opts.format))
+    reader = stream_reader(opts, default_schema(opts.format))
     try:
         start, end = reader.initialOffset(), reader.latestOffset(reader.initialOffset(), None)
         rows = []

@@ -29,8 +29,8 @@ from zeek_recordings import recording
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark import register, stop_receiver
-from broker_spark.spark.local_executors import MARKER_NAME
-from broker_spark.spark.parallelism import session_parallelism
+from broker_spark.spark.read.local_executors import MARKER_NAME
+from broker_spark.spark.read.parallelism import session_parallelism
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 

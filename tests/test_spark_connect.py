@@ -28,7 +28,7 @@ from zeek_recordings import recording
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark import register
-from broker_spark.spark.parallelism import (
+from broker_spark.spark.read.parallelism import (
     MIN_RECORDS_PER_SPLIT,
     local_parallelism,
     session_parallelism,

@@ -20,8 +20,8 @@ import spark_fixtures
 import broker_spark as broker
 from broker_spark.errors import DeliveryError
 from broker_spark.spark.options import parse_writer_options
-from broker_spark.spark.row_messages import RowEncoder
-from broker_spark.spark.writers import publish_batches
+from broker_spark.spark.write.row_messages import RowEncoder
+from broker_spark.spark.write.writers import publish_batches
 
 hub = spark_fixtures.hub
 
@@ -149,7 +149,7 @@ def test_a_task_waits_for_a_subscription_to_its_topics_not_just_any() -> None:
     """Over version 2 the subscriptions of endpoints behind a peer can arrive before the
     peer's own; a task that published as soon as it knew *a* subscription would route its
     messages nowhere. It waits until one matches the topics it is about to publish."""
-    from broker_spark.spark.writers import _await_peer_filters
+    from broker_spark.spark.write.writers import _await_peer_filters
 
     def plain() -> broker.Endpoint:
         opts = broker.BrokerOptions()

@@ -20,18 +20,19 @@ from hypothesis import strategies as st
 
 import broker_spark as broker
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
-from broker_spark.spark.parallelism import (
+from broker_spark.spark.read.parallelism import (
     MIN_RECORDS_PER_SPLIT,
     is_connect_session,
     local_parallelism,
     session_parallelism,
     split_batch,
 )
+from broker_spark.spark.read.rows import LogRows, MessageRows
+from broker_spark.spark.read.spool_positions import SpoolPositions
+from broker_spark.spark.read.stream import StreamReader
 from broker_spark.spark.registration import SECRET_OPTION_VALUES, register, registered_source
 from broker_spark.spark.schema import DEFAULT_DDL
 from broker_spark.spark.source import BrokerDataSource
-from broker_spark.spark.stream_reader import BrokerStreamReader
-from broker_spark.spark.zeek_reader import ZeekLogStreamReader
 from broker_spark.spark.zeek_schema import generic_log_schema
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
@@ -134,14 +135,16 @@ def test_the_registered_class_carries_the_parallelism_to_the_reader() -> None:
         + [StructField("received_at", TimestampType()), StructField("offset", LongType())]
     )
     reader = _as_spark_ships(type(source))(options=dict(OPTIONS)).streamReader(schema)
-    assert isinstance(reader, BrokerStreamReader) and reader._parallelism == 7
-    assert len(reader._split(0, 1_000_000)) == 14  # 10 partitions of 100,000: two waves of 7
+    assert isinstance(reader, StreamReader) and reader.parallelism == 7
+    assert isinstance(reader.rows, MessageRows)
+    positions = SpoolPositions(reader.options, reader.rows, reader.parallelism)
+    assert len(positions.split(0, 1_000_000)) == 14  # 10 partitions of 100,000: two waves of 7
     logs = shipped(options={**OPTIONS, "format": "zeek-logs", "schemaWait": "0"})
     zeek = logs.streamReader(generic_log_schema())
-    assert isinstance(zeek, ZeekLogStreamReader) and zeek._parallelism == 7
+    assert isinstance(zeek.rows, LogRows) and zeek.parallelism == 7
     # found by Spark's own lookup (pyspark_broker), nobody registered it: the driver's cores
     plain = BrokerDataSource(options=dict(OPTIONS)).streamReader(schema)
-    assert plain._parallelism == local_parallelism()
+    assert plain.parallelism == local_parallelism()
 
 
 @pytest.mark.spark

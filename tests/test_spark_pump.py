@@ -14,7 +14,7 @@ from broker_spark.columnar.record_batches import RecordConverter
 from broker_spark.core.node_message import DATA
 from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.errors import DecodeError, EncodeError
-from broker_spark.spark.partitions import INLINE_CODEC, SpoolPartition
+from broker_spark.spark.read.partitions import INLINE_CODEC, SpoolPartition
 from broker_spark.spool.spool import Spool
 from broker_spark.subscriber import RawSubscriber
 

@@ -19,19 +19,19 @@ from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
-from broker_spark.spark.driver_side import BrokerDataLossError
-from broker_spark.spark.local_executors import MARKER_NAME
-from broker_spark.spark.offsets import SpoolOffset
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
-from broker_spark.spark.partitions import SpoolPartition
-from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.read.local_executors import MARKER_NAME
+from broker_spark.spark.read.offsets import SpoolOffset
+from broker_spark.spark.read.partitions import SpoolPartition
+from broker_spark.spark.read.stream import StreamReader, stream_reader
+from broker_spark.spark.runtime.in_process import BrokerDataLossError
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _reader(hub: broker.Endpoint, **extra: str) -> BrokerStreamReader:
+def _reader(hub: broker.Endpoint, **extra: str) -> StreamReader:
     """A reader of the hub's topics; with a spoolPath, it receives in its own process unless
     the test asks for a receiver (tests/test_spark_receiver.py is about those)."""
     options = {
@@ -42,7 +42,7 @@ def _reader(hub: broker.Endpoint, **extra: str) -> BrokerStreamReader:
         **extra,
     }
     opts = parse_reader_options(options)
-    return BrokerStreamReader(opts, default_schema(opts.format))
+    return stream_reader(opts, default_schema(opts.format))
 
 
 def _publish(hub: broker.Endpoint, first: int, count: int, topic: str = "zeek/events") -> None:
@@ -51,8 +51,8 @@ def _publish(hub: broker.Endpoint, first: int, count: int, topic: str = "zeek/ev
     )
 
 
-def _spooled(reader: BrokerStreamReader, count: int) -> None:
-    runtime = reader._runtime
+def _spooled(reader: StreamReader, count: int) -> None:
+    runtime = reader.runtime
     assert runtime is not None and runtime.pump is not None
     assert runtime.pump.wait_appended(count, 20), f"fewer than {count} messages arrived"
 
@@ -61,10 +61,10 @@ def _wait_subscribed(hub: broker.Endpoint) -> None:
     wait_for(lambda: hub.peer_subscriptions(), 20, "the reader's subscription")
 
 
-def _rows(reader: BrokerStreamReader, start: dict, end: dict) -> list[dict]:
+def _rows(reader: StreamReader, start: dict, end: dict) -> list[dict]:
     """What executors would read: partitions pickled, read by a pickled reader copy."""
     remote = pickle.loads(pickle.dumps(reader))
-    assert remote._runtime is None
+    assert remote.runtime is None
     rows = []
     for part in reader.partitions(start, end):
         for batch in remote.read(pickle.loads(pickle.dumps(part))):
@@ -74,17 +74,17 @@ def _rows(reader: BrokerStreamReader, start: dict, end: dict) -> list[dict]:
 
 def test_nothing_starts_before_the_first_offset_call(hub: broker.Endpoint) -> None:
     reader = _reader(hub)
-    assert reader._runtime is None
+    assert reader.runtime is None
     assert hub.peers() == []
     assert isinstance(reader.getDefaultReadLimit(), ReadAllAvailable)
-    assert reader._runtime is None
+    assert reader.runtime is None
     reader.initialOffset()
     try:
-        assert reader._runtime is not None
+        assert reader.runtime is not None
         _wait_subscribed(hub)
     finally:
         reader.stop()
-    assert reader._runtime is None
+    assert reader.runtime is None
 
 
 def test_messages_flow_into_batches_with_dense_offsets(hub: broker.Endpoint) -> None:
@@ -225,7 +225,7 @@ def test_partitions_split_and_spool_mode(hub: broker.Endpoint, tmp_path) -> None
         reader.stop()
 
 
-def _read_as_task(reader: BrokerStreamReader, parts: list, jvm: str | None, monkeypatch) -> list:
+def _read_as_task(reader: StreamReader, parts: list, jvm: str | None, monkeypatch) -> list:
     """Offsets the partitions hold, read by a task whose JVM is ``jvm`` (SPARK_LOCAL_DIRS)."""
     remote = pickle.loads(pickle.dumps(reader))
     if jvm is None:
@@ -271,7 +271,9 @@ def test_auto_partitions_read_the_spool_once_a_task_runs_in_the_drivers_jvm(
         second = reader.partitions(middle, end)
         if switches:
             assert all(p.packed is None and p.spool_path for p in second)
-            assert reader._frames is None  # nothing compressed ahead once tasks read the spool
+            assert (
+                reader.positions._frames is None
+            )  # nothing compressed ahead once tasks read the spool
         else:
             assert all(p.packed is not None for p in second)
         assert _read_as_task(reader, second, task_jvm, monkeypatch) == list(range(100, 200))
@@ -320,7 +322,7 @@ def test_earliest_and_latest_with_a_kept_spool(hub: broker.Endpoint, tmp_path) -
 def test_temporary_spool_is_removed_at_stop(hub: broker.Endpoint) -> None:
     reader = _reader(hub)
     reader.initialOffset()
-    runtime = reader._runtime
+    runtime = reader.runtime
     assert runtime is not None
     path = runtime.spool_path
     endpoint = runtime.endpoint
@@ -331,7 +333,7 @@ def test_temporary_spool_is_removed_at_stop(hub: broker.Endpoint) -> None:
     reader.stop()  # idempotent
 
 
-def _retained(hub: broker.Endpoint, tmp_path, fail: str) -> tuple[BrokerStreamReader, dict]:
+def _retained(hub: broker.Endpoint, tmp_path, fail: str) -> tuple[StreamReader, dict]:
     """A reader whose first 300 messages were dropped by retention before Spark read them."""
     reader = _reader(
         hub,
@@ -343,7 +345,7 @@ def _retained(hub: broker.Endpoint, tmp_path, fail: str) -> tuple[BrokerStreamRe
     _wait_subscribed(hub)
     _publish(hub, 0, 300)
     _spooled(reader, 300)
-    runtime = reader._runtime
+    runtime = reader.runtime
     assert runtime is not None and runtime.spool is not None
     earliest = runtime.spool.enforce_retention(0)
     assert 0 < earliest < 300
@@ -364,7 +366,7 @@ def test_data_loss_fails_when_asked(hub: broker.Endpoint, tmp_path) -> None:
 def test_data_loss_skips_ahead_otherwise(hub: broker.Endpoint, tmp_path, caplog) -> None:
     reader, start = _retained(hub, tmp_path, "false")
     try:
-        earliest = reader._runtime.spool.start_offset()
+        earliest = reader.runtime.spool.start_offset()
         end = reader.latestOffset(start, ReadAllAvailable())
         assert end == {"offset": 300}
         rows = _rows(reader, start, end)
@@ -379,7 +381,7 @@ def test_checkpoint_beyond_the_spool(hub: broker.Endpoint, tmp_path) -> None:
     strict = _reader(hub)
     with pytest.raises(BrokerDataLossError, match="set spoolPath"):
         strict.partitions({"offset": 30}, {"offset": 35})
-    assert strict._runtime is None  # nothing left running after the failure
+    assert strict.runtime is None  # nothing left running after the failure
     lenient = _reader(hub, failOnDataLoss="false")
     try:
         assert lenient.partitions({"offset": 30}, {"offset": 35}) == []
@@ -396,10 +398,10 @@ def test_checkpoint_beyond_the_spool(hub: broker.Endpoint, tmp_path) -> None:
 
 def test_unreachable_peer_fails_at_the_first_offset_call() -> None:
     opts = parse_reader_options({"topics": "a", "peer": "127.0.0.1:1", "ssl.disable": "true"})
-    reader = BrokerStreamReader(opts, default_schema())
+    reader = stream_reader(opts, default_schema())
     with pytest.raises(BrokerOptionError, match="peer=.*127.0.0.1:1.*cannot peer"):
         reader.initialOffset()
-    assert reader._runtime is None
+    assert reader.runtime is None
 
 
 def test_offsets_are_stable_json() -> None:
@@ -412,7 +414,7 @@ def test_listen_for_a_peer_with_tls() -> None:
     """A Zeek node may peer with the query (``listen``); TLS is on by default (anonymous)."""
     port = free_port()
     opts = parse_reader_options({"topics": "zeek/", "listen": f"127.0.0.1:{port}"})
-    reader = BrokerStreamReader(opts, default_schema())
+    reader = stream_reader(opts, default_schema())
     node = broker.Endpoint()  # default configuration: TLS
     try:
         start = reader.initialOffset()
@@ -453,7 +455,7 @@ def test_mutual_tls_through_the_ssl_options(tmp_path) -> None:
             "ssl.cafile": str(files["ca"]),
         }
     )
-    reader = BrokerStreamReader(opts, default_schema())
+    reader = stream_reader(opts, default_schema())
 
     def node(name: str) -> broker.Endpoint:
         config = broker.Configuration(broker.BrokerOptions())
@@ -485,7 +487,7 @@ def test_the_pump_applies_size_retention_while_messages_arrive(hub: broker.Endpo
         _wait_subscribed(hub)
         _publish(hub, 0, 500)  # about 40 KiB: many segments
         _spooled(reader, 500)
-        spool = reader._runtime.spool
+        spool = reader.runtime.spool
         # The pump drops whole old segments by itself (every second), down to the limit.
         wait_for(lambda: spool.start_offset() > 0 and spool.total_bytes <= 6 * 1024, 20)
         assert spool.end_offset() == 500
@@ -505,7 +507,7 @@ def test_latest_starts_before_the_subscription_is_seen(
     first batch). ``startingOffsets=latest`` must still read those messages. Fault
     injected: connecting returns only once the peer's messages are in the spool, as a
     loaded machine may schedule it."""
-    from broker_spark.spark.driver_side import ReaderRuntime
+    from broker_spark.spark.runtime.in_process import ReaderRuntime
 
     connect = ReaderRuntime.connect
 

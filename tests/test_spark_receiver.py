@@ -29,9 +29,9 @@ from broker_spark.columnar.record_batches import default_schema
 from broker_spark.errors import BrokerError
 from broker_spark.spark.compat import ReadAllAvailable
 from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.receiver import IdleTimer, identity_of, identity_problem
-from broker_spark.spark.receiver_attach import ReceiverError, read_info, stop_receiver
-from broker_spark.spark.stream_reader import BrokerStreamReader
+from broker_spark.spark.read.stream import StreamReader, stream_reader
+from broker_spark.spark.runtime.receiver import IdleTimer, identity_of, identity_problem
+from broker_spark.spark.runtime.receiver_attach import ReceiverError, read_info, stop_receiver
 from broker_spark.spool.spool import Spool
 
 hub = spark_fixtures.hub
@@ -56,9 +56,9 @@ def _options(hub: broker.Endpoint, spool: str, **extra: str) -> dict[str, str]:
     }
 
 
-def _reader(hub: broker.Endpoint, spool: str, **extra: str) -> BrokerStreamReader:
+def _reader(hub: broker.Endpoint, spool: str, **extra: str) -> StreamReader:
     opts = parse_reader_options(_options(hub, spool, **extra))
-    return BrokerStreamReader(opts, default_schema(opts.format))
+    return stream_reader(opts, default_schema(opts.format))
 
 
 def _publish(hub: broker.Endpoint, first: int, count: int) -> None:
@@ -79,7 +79,7 @@ def _wait_held(spool: str, count: int) -> None:
     wait_for(lambda: _held(spool) >= count, 20, f"{count} messages in the spool")
 
 
-def _rows(reader: BrokerStreamReader, start: int, end: int) -> list[int]:
+def _rows(reader: StreamReader, start: int, end: int) -> list[int]:
     """The events' numbers in offsets [start, end), read as executors would."""
     import pickle
 
@@ -198,7 +198,7 @@ def test_one_spool_has_one_owner(hub: broker.Endpoint, spool: str) -> None:
         reader.initialOffset()
         request = {"options": _options(hub, spool), "logs": False}
         second = subprocess.run(
-            [sys.executable, "-m", "broker_spark.spark.receiver", spool],
+            [sys.executable, "-m", "broker_spark.spark.runtime.receiver", spool],
             input=json.dumps(request) + "\n",
             capture_output=True,
             text=True,
@@ -246,7 +246,7 @@ def test_a_full_disk_is_reported_to_the_reader(hub: broker.Endpoint, spool: str)
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_spark.spark.receiver", spool],
+        [sys.executable, "-m", "broker_spark.spark.runtime.receiver", spool],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -314,7 +314,6 @@ def test_the_receiver_of_a_zeromq_logger_keeps_its_batches(tmp_path: Path) -> No
     from zeek_recordings import ZMQ_LOGS, zmq_messages
 
     from broker_spark.spark.source import arrow_schema_of
-    from broker_spark.spark.zeek_reader import ZeekLogStreamReader
     from broker_spark.spark.zeek_schema import generic_log_schema
 
     spool = str(tmp_path / "spool")
@@ -328,7 +327,7 @@ def test_the_receiver_of_a_zeromq_logger_keeps_its_batches(tmp_path: Path) -> No
         }
     )
     schema = generic_log_schema()
-    reader = ZeekLogStreamReader(opts, arrow_schema_of(schema), schema)
+    reader = stream_reader(opts, arrow_schema_of(schema), schema)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     try:
@@ -340,7 +339,7 @@ def test_the_receiver_of_a_zeromq_logger_keeps_its_batches(tmp_path: Path) -> No
         for frames in batches:
             push.send_multipart(frames)
         _wait_held(spool, len(batches))
-        again = ZeekLogStreamReader(opts, arrow_schema_of(schema), schema)
+        again = stream_reader(opts, arrow_schema_of(schema), schema)
         try:
             end = again.latestOffset({"offset": 0}, ReadAllAvailable())
             import pickle

@@ -23,9 +23,9 @@ from broker_spark import zeek
 from broker_spark.cli.relay_node import RelayNode, SpoolSettings, size_value
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.spark.compat import ReadAllAvailable
-from broker_spark.spark.driver_side import BrokerDataLossError
 from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.relay_reader import RelayStreamReader
+from broker_spark.spark.read.stream import StreamReader, stream_reader
+from broker_spark.spark.runtime.in_process import BrokerDataLossError
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
@@ -96,11 +96,11 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
         r.close()
 
 
-def _reader(port: int, **extra: str) -> RelayStreamReader:
+def _reader(port: int, **extra: str) -> StreamReader:
     opts = parse_reader_options(
         {"topics": "zeek/", "relay": f"127.0.0.1:{port}", "ssl.disable": "true", **extra}
     )
-    return RelayStreamReader(opts, default_schema(opts.format))
+    return stream_reader(opts, default_schema(opts.format))
 
 
 def only(offsets: dict) -> int:
@@ -109,7 +109,7 @@ def only(offsets: dict) -> int:
     return entry["offset"]
 
 
-def _numbers(reader: RelayStreamReader, start: int, end: int) -> list[int]:
+def _numbers(reader: StreamReader, start: int, end: int) -> list[int]:
     remote = pickle.loads(pickle.dumps(reader))
     out = []
     for part in reader.partitions({"offset": start}, {"offset": end}):
@@ -253,7 +253,7 @@ def test_a_relay_speaks_tls_as_its_peerings(tmp_path: Path) -> None:
         opts = parse_reader_options(
             {"topics": "zeek/", "relay": f"127.0.0.1:{relay.port}", "startingOffsets": "earliest"}
         )
-        reader = RelayStreamReader(opts, default_schema(opts.format))
+        reader = stream_reader(opts, default_schema(opts.format))
         try:
             assert only(reader.initialOffset()) == 0
             assert _numbers(reader, 0, 10) == list(range(10))

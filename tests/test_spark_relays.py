@@ -20,10 +20,10 @@ from test_spark_relay import Relay
 
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
-from broker_spark.spark.driver_side import BrokerDataLossError
-from broker_spark.spark.offsets import OffsetError, RelayOffsets, fair_shares
 from broker_spark.spark.options import BrokerOptionError, parse_reader_options
-from broker_spark.spark.relay_reader import RelayStreamReader
+from broker_spark.spark.read.offsets import OffsetError, RelayOffsets, fair_shares
+from broker_spark.spark.read.stream import StreamReader, stream_reader
+from broker_spark.spark.runtime.in_process import BrokerDataLossError
 from broker_spark.spark.schema import default_ddl
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,7 +85,7 @@ def relays(tmp_path: Path) -> Iterator[list[Relay]]:
             r.close()
 
 
-def reader_of(ports: list[int], **extra: str) -> RelayStreamReader:
+def reader_of(ports: list[int], **extra: str) -> StreamReader:
     opts = parse_reader_options(
         {
             "topics": "zeek/",
@@ -94,14 +94,14 @@ def reader_of(ports: list[int], **extra: str) -> RelayStreamReader:
             **extra,
         }
     )
-    return RelayStreamReader(opts, default_schema(opts.format, relay=True))
+    return stream_reader(opts, default_schema(opts.format, relay=True))
 
 
 def positions(offsets: dict) -> dict[str, int]:
     return {k: v["offset"] for k, v in offsets["relays"].items()}
 
 
-def rows(reader: RelayStreamReader, start: dict, end: dict) -> list[tuple[str, int]]:
+def rows(reader: StreamReader, start: dict, end: dict) -> list[tuple[str, int]]:
     """``(relay id, event number)`` of every row, as executors read the partitions."""
     remote = pickle.loads(pickle.dumps(reader))
     out = []

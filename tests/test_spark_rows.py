@@ -32,10 +32,10 @@ from broker_spark.spark.options import (
     parse_reader_options,
     parse_writer_options,
 )
-from broker_spark.spark.row_messages import RowEncoder
-from broker_spark.spark.store_tables import STORE_SCHEMA, StoreEventConverter, _column_values
-from broker_spark.spark.stream_reader import BrokerStreamReader
-from broker_spark.spark.writers import BadRowError, publish_batches
+from broker_spark.spark.read.stream import stream_reader
+from broker_spark.spark.tables.stores import STORE_SCHEMA, StoreEventConverter, _column_values
+from broker_spark.spark.write.row_messages import RowEncoder
+from broker_spark.spark.write.writers import BadRowError, publish_batches
 from broker_spark.store.commands import EntityId
 from broker_spark.store.events import StoreEvent
 
@@ -226,7 +226,7 @@ def test_websocket_reader_and_writer(hub: broker.Endpoint) -> None:
     publish_batches(iter([batch]), RowEncoder(batch.schema, options), options)
     assert sorted(sub.get(2, 5.0)) == [("ws/out/a", (1,)), ("ws/out/b", (2,))]
 
-    reader = BrokerStreamReader(
+    reader = stream_reader(
         parse_reader_options({"topics": "ws/in", "websocket": url, "ssl.disable": "true"}),
         default_schema(),
     )
@@ -315,12 +315,12 @@ def test_java_check(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
 
 def test_a_stream_commit_counts_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
-    from broker_spark.spark.writers import BrokerCommitMessage, BrokerStreamWriter
+    from broker_spark.spark.write.writers import BrokerCommitMessage, BrokerStreamWriter
 
     schema = pa.schema([("topic", pa.string()), ("n", pa.int64())])
     writer = BrokerStreamWriter(parse_writer_options(_PEER), schema)
     messages = [BrokerCommitMessage(5, 0, 0), BrokerCommitMessage(7, 1, 1)]
-    with caplog.at_level("INFO", logger="broker_spark.spark.writers"):
+    with caplog.at_level("INFO", logger="broker_spark.spark.write.writers"):
         writer.commit(messages, 3)
         writer.commit(messages, 3)  # Spark may commit a batch again after a restart
     assert [r.getMessage() for r in caplog.records] == [

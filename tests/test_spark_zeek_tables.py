@@ -22,11 +22,11 @@ import pytest
 from spark_fixtures import spark  # noqa: F401
 from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
 
+from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_logs import LogConverter
-from broker_spark.spark.zeek_schema import LogColumns, read_zeek_json
+from broker_spark.spark.zeek_schema import log_columns, read_zeek_json
 from broker_spark.spark.zeek_tables import ZeekTables, table_input_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite, decode_values
@@ -69,7 +69,7 @@ def batch_of(
     for lo, hi in ((0, n // 2), (n // 2, n)):
         converter = LogConverter(
             arrow_schema_of(schema),
-            LogColumns.of(schema, ()),
+            log_columns(schema, ()),
             schemas=history.snapshot(first + lo),
         )
         part = messages[lo:hi]

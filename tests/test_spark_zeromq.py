@@ -129,7 +129,7 @@ def test_a_writer_task_publishes_rows_as_zeek_events_through_the_proxy() -> None
     import pyarrow as pa
 
     from broker_spark.spark.options import parse_writer_options
-    from broker_spark.spark.writers import BrokerBatchWriter
+    from broker_spark.spark.write.writers import BrokerBatchWriter
 
     batch = pa.RecordBatch.from_pydict(
         {"event": ["ZTest::seen", "ZTest::seen"], "uid": ["uid1", "uid2"], "n": [3, None]},

@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
 
 from broker_spark.cli.log_dir import LogDirectory
+from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_logs import LogConverter
-from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema
+from broker_spark.spark.zeek_schema import generic_log_schema, log_columns
 from broker_spark.spool.schema_history import LogSchemaHistory, records_in
 from broker_spark.spool.service import SpoolService, learn_sizes
 from broker_spark.spool.spool import Spool
@@ -189,7 +189,7 @@ def test_a_relay_and_spark_take_any_arrival(arrival, partition_cuts, tmp_path_fa
         for lo, hi in zip(bounds, bounds[1:], strict=False):
             converter = LogConverter(
                 arrow_schema_of(schema),
-                LogColumns.of(schema, ()),
+                log_columns(schema, ()),
                 "PERMISSIVE",
                 sorted(paths) if paths is not None else None,
                 None,

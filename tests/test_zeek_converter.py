@@ -15,14 +15,14 @@ import pyarrow as pa
 import pytest
 from zeek_recordings import recording
 
+from broker_spark.columnar.log_converter import LogConverter, schema_id
 from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.data.binary import decode, encode
 from broker_spark.data.types import Count
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_logs import LogConverter, schema_id
 from broker_spark.spark.zeek_schema import (
-    LogColumns,
     generic_log_schema,
+    log_columns,
     zeek_log_schema,
 )
 from broker_spark.spool.schema_history import LogSchemaHistory, describe_change
@@ -36,7 +36,7 @@ CONN = standard_schema("conn")
 def _converter(schema, known=None, paths=None, mode="PERMISSIVE", schemas=()) -> LogConverter:
     names = known.names if known is not None else ()
     return LogConverter(
-        arrow_schema_of(schema), LogColumns.of(schema, names), mode, paths, known, schemas
+        arrow_schema_of(schema), log_columns(schema, names), mode, paths, known, schemas
     )
 
 
@@ -238,8 +238,8 @@ def test_the_history_keeps_schemas_by_offset_and_warns_of_changes(tmp_path, capl
 
 
 def test_a_record_stream_is_read_in_place_as_unpacked() -> None:
+    from broker_spark.columnar.log_converter import record_spans
     from broker_spark.data.msgpack_records import pack_records
-    from broker_spark.spark.zeek_logs import record_spans
 
     rec = recording("zeek-logs-dns-edns-ecs")
     columns = _records(rec.data)

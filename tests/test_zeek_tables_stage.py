@@ -1,6 +1,6 @@
 """The tables writer's fast path, without Spark: Zeek's JSON lines parsed by Arrow
-(:mod:`broker_spark.spark.zeek_json_arrow`) and a task's rows staged as Parquet files
-(:mod:`broker_spark.spark.zeek_tables_stage`).
+(:mod:`broker_spark.columnar.log_json`) and a task's rows staged as Parquet files
+(:mod:`broker_spark.spark.tables.stage`).
 
 The oracle for the parse is the stream reader itself: the typed rows it gives for a
 log (``format=zeek-logs`` with ``logs=PATH``) from the same Broker messages whose
@@ -22,15 +22,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zeek_recordings import LOG_RECORDINGS, ZMQ_LOGS, recording, zmq_messages
 
+from broker_spark.columnar.log_converter import LogConverter
+from broker_spark.columnar.log_json import parse_lines
 from broker_spark.data.binary import decode, encode
 from broker_spark.data.types import Count, Enum, Port
-from broker_spark.spark import zeek_tables_stage
 from broker_spark.spark.source import arrow_schema_of
-from broker_spark.spark.zeek_json_arrow import parse_lines
-from broker_spark.spark.zeek_logs import LogConverter
-from broker_spark.spark.zeek_schema import LogColumns, generic_log_schema, zeek_log_schema
+from broker_spark.spark.tables import stage as zeek_tables_stage
+from broker_spark.spark.tables.stage import NO_DAY, _Stager, arrow_knows_time_zone
+from broker_spark.spark.zeek_schema import (
+    generic_log_schema,
+    log_columns,
+    zeek_log_schema,
+)
 from broker_spark.spark.zeek_tables import KEPT_METADATA, table_input_schema
-from broker_spark.spark.zeek_tables_stage import NO_DAY, _Stager, arrow_knows_time_zone
 from broker_spark.zeek import Batch, LogCreate, LogField, LogSchema, LogWrite
 from broker_spark.zeek.log_batch import read_header
 from broker_spark.zeek.log_scan import is_log_create
@@ -45,7 +49,7 @@ NOW = 1_700_000_000_000_000_000
 def _convert(schema, messages: list[tuple[str, bytes]], known=None, paths=None) -> pa.RecordBatch:
     names = known.names if known is not None else ()
     conv = LogConverter(
-        arrow_schema_of(schema), LogColumns.of(schema, names), "PERMISSIVE", paths, known
+        arrow_schema_of(schema), log_columns(schema, names), "PERMISSIVE", paths, known
     )
     n = len(messages)
     return conv.convert(
@@ -163,7 +167,7 @@ def _stream_rows(
     messages, first: int = 0, runs: bool = False, as_bytes: bool = False
 ) -> pa.RecordBatch:
     schema = table_input_schema(runs=runs, messages=as_bytes)
-    conv = LogConverter(arrow_schema_of(schema), LogColumns.of(schema, ()))
+    conv = LogConverter(arrow_schema_of(schema), log_columns(schema, ()))
     n = len(messages)
     return conv.convert(
         [t for t, _ in messages],

@@ -10,7 +10,7 @@ start), ``format("broker")`` fails with Spark's ``DATA_SOURCE_NOT_FOUND`` and on
 call fixes it. The call is safe to make always, and does three things:
 
 * it registers a subclass of the source that carries the session's parallelism
-  (:func:`~broker_spark.spark.parallelism.session_parallelism`), so stream
+  (:func:`~broker_spark.spark.read.parallelism.session_parallelism`), so stream
   reads split micro-batches for the cluster's cores instead of the driver's.
   Spark 4.1 and later let it replace the source their lookup found; Spark 4.0
   refuses (``DATA_SOURCE_ALREADY_EXISTS``), which is taken as done: the found
@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from broker_spark.spark.parallelism import is_connect_session, session_parallelism
+from broker_spark.spark.read.parallelism import is_connect_session, session_parallelism
 
 __all__ = ["SECRET_OPTION_VALUES", "register", "registered_source"]
 

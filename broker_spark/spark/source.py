@@ -5,22 +5,22 @@ schema, to create readers and writers), so nothing here starts anything: it
 parses the options (a bad one fails the query at start, naming the option)
 and hands out the reader or writer that fits them.
 
-* ``readStream`` with ``topics``: :class:`BrokerStreamReader` (messages);
-  with ``format=zeek-logs``: :class:`~broker_spark.spark.zeek_reader.ZeekLogStreamReader`
-  (Zeek's log records as rows); with ``store``: :class:`StoreChangeReader`
-  (the store's change events).
+* ``readStream`` with ``topics``: a :class:`~broker_spark.spark.read.stream.StreamReader`
+  of messages, or with ``format=zeek-logs`` of Zeek's log records as rows (from one
+  spool, or from relays); with ``store``: the store's change events
+  (:func:`~broker_spark.spark.tables.stores.store_change_reader`).
 * ``read`` with ``store``: :class:`StoreTableReader` (the store's contents).
-* ``write``/``writeStream``: publishes rows (:mod:`~broker_spark.spark.writers`),
+* ``write``/``writeStream``: publishes rows (:mod:`~broker_spark.spark.write.writers`),
   or puts them into a store with ``store``.
 
 Spark's ``schema()`` cannot tell a batch read from a stream read, so a store
-has one default schema for both (:data:`~broker_spark.spark.store_tables.STORE_DDL`).
+has one default schema for both (:data:`~broker_spark.spark.tables.stores.STORE_DDL`).
 
 :func:`~broker_spark.spark.register` registers a subclass that carries the
 session's parallelism (:attr:`BrokerDataSource.session_parallelism`): Spark
 pickles the registered class to every process that builds the source, so the
 stream readers plan partitions for the cluster rather than for the driver's
-cores (:mod:`~broker_spark.spark.parallelism`).
+cores (:mod:`~broker_spark.spark.read.parallelism`).
 """
 
 from __future__ import annotations
@@ -47,16 +47,16 @@ from broker_spark.spark.options import (
     parse_reader_options,
     parse_writer_options,
 )
+from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.schema import default_ddl
-from broker_spark.spark.store_tables import (
+from broker_spark.spark.tables.stores import (
     STORE_DDL,
-    StoreChangeReader,
     StoreStreamWriter,
     StoreTableReader,
     StoreTableWriter,
+    store_change_reader,
 )
-from broker_spark.spark.stream_reader import BrokerStreamReader
-from broker_spark.spark.writers import BrokerBatchWriter, BrokerStreamWriter
+from broker_spark.spark.write.writers import BrokerBatchWriter, BrokerStreamWriter
 
 __all__ = ["BrokerDataSource", "arrow_schema_of"]
 
@@ -82,7 +82,7 @@ class BrokerDataSource(DataSource):
         if options.store is not None:
             return STORE_DDL
         if options.format == "zeek-logs":
-            from broker_spark.spark.zeek_reader import offered_schema
+            from broker_spark.spark.read.log_schemas import offered_schema
 
             return offered_schema(options)
         return default_ddl(options.format, relay=bool(options.relays))
@@ -94,18 +94,8 @@ class BrokerDataSource(DataSource):
         arrow = arrow_schema_of(schema)
         parallelism = self.session_parallelism
         if options.store is not None:
-            return StoreChangeReader(options, arrow, parallelism)
-        if options.format == "zeek-logs":
-            from broker_spark.spark.zeek_reader import ZeekLogRelayStreamReader, ZeekLogStreamReader
-
-            if options.relays:
-                return ZeekLogRelayStreamReader(options, arrow, schema, parallelism)
-            return ZeekLogStreamReader(options, arrow, schema, parallelism)
-        if options.relays:
-            from broker_spark.spark.relay_reader import RelayStreamReader
-
-            return RelayStreamReader(options, arrow, parallelism)
-        return BrokerStreamReader(options, arrow, parallelism)
+            return store_change_reader(options, arrow, parallelism)
+        return stream_reader(options, arrow, schema, parallelism)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_reader_options(self.options, streaming=False)

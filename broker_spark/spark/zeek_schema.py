@@ -23,7 +23,6 @@ halves away from zero).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.types import (
@@ -40,6 +39,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from broker_spark.columnar.log_columns import (
+    COLUMN_LAYOUTS,
+    GENERIC_LOG_FIELDS,
+    LOG_METADATA,
+    MESSAGE,
+    OPTIONAL_METADATA,
+    RECORDS,
+    RELAY_METADATA,
+    ColumnNode,
+    LogColumns,
+    metadata_names,
+    nest_columns,
+)
 from broker_spark.spark.options import BrokerOptionError
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
 from broker_spark.zeek.types import TypeTag, ZeekType
@@ -52,7 +64,10 @@ __all__ = [
     "LogColumns",
     "MESSAGE",
     "RECORDS",
+    "OPTIONAL_METADATA",
+    "RELAY_METADATA",
     "generic_log_schema",
+    "log_columns",
     "log_schema_for",
     "metadata_names",
     "nest_columns",
@@ -61,33 +76,6 @@ __all__ = [
     "spark_type",
     "zeek_log_schema",
 ]
-
-COLUMN_LAYOUTS = ("nested", "flat")
-
-#: The columns a log row carries besides the log's own, in this order (and, read from relays,
-#: ``relay``: the id of the relay whose spool the row's offset is in). ``offset`` is the
-#: message's (a Batch holds hundreds of records), ``record`` the record's index among the
-#: records of its log in that message: ``(offset, record)`` (and ``relay``) say where a
-#: record is, whatever reads it and however often.
-LOG_METADATA = ("_path", "topic", "sender", "received_at", "offset", "record")
-RELAY_METADATA = "relay"
-#: Metadata a schema may ask for by name, beside :data:`LOG_METADATA`: ``relay``, and the
-#: log's columns in force for the record (``log_schema_id``, a short id on every row;
-#: ``log_schema``, the columns as JSON on the first row of each id in a partition): what
-#: turns a stream of ``_path``/``log`` rows into a typed table per log whose columns
-#: follow Zeek (:mod:`~broker_spark.spark.zeek_tables`). And ``records`` (``_path``/``log``
-#: rows only): asking for it makes each row hold a run of records of one log in one
-#: message, ``log`` their JSON lines joined by newlines (as in Zeek's own JSON log files),
-#: ``record`` the first's index and ``records`` how many (:data:`RECORDS`). And ``message``
-#: (beside ``records``): a row per log of a message, holding the message's Broker bytes
-#: instead of JSON lines (:data:`MESSAGE`).
-OPTIONAL_METADATA = (RELAY_METADATA, "log_schema_id", "log_schema", "records", "message")
-#: The role of the column that makes ``_path``/``log`` rows hold runs of records.
-RECORDS = "records"
-#: The role of the (binary) column that makes ``_path``/``log``/``records`` rows hold a
-#: message's records of one log as the message's own bytes, ``log`` null: what the tables
-#: writer decodes straight into typed columns (:mod:`~broker_spark.spark.log_messages`).
-MESSAGE = "message"
 
 _METADATA_TYPES: dict[str, DataType] = {
     "_path": StringType(),
@@ -103,9 +91,6 @@ _METADATA_TYPES: dict[str, DataType] = {
     "log": StringType(),
     "message": BinaryType(),
 }
-
-#: The columns of a stream of several logs (or one whose schema is not known at start).
-GENERIC_LOG_FIELDS = ("_path", "log", "topic", "sender", "received_at", "offset", "record")
 
 _ATOMIC: dict[TypeTag, DataType] = {
     TypeTag.BOOL: BooleanType(),
@@ -134,61 +119,6 @@ def _json_type(zeek_type: ZeekType, timestamps: str) -> DataType:
     if zeek_type.tag is TypeTag.COUNT:
         return LongType()
     return spark_type(zeek_type)
-
-
-@dataclass(frozen=True)
-class ColumnNode:
-    """A top-level output column: a log column (``leaf``) or a struct of dotted members."""
-
-    name: str
-    leaf: str | None  # the Zeek column name, for a plain column
-    children: tuple[ColumnNode, ...] = ()
-
-
-def nest_columns(names: Sequence[str], layout: str) -> list[ColumnNode]:
-    """Zeek's column names as top-level nodes: flat, or nested by dotted prefixes."""
-    if layout == "flat":
-        return [ColumnNode(n, n) for n in names]
-    return _group(list(names), "")
-
-
-def _group(names: list[str], prefix: str) -> list[ColumnNode]:
-    out: list[ColumnNode] = []
-    members: dict[str, list[str]] = {}
-    plain = {n[len(prefix) :] for n in names if "." not in n[len(prefix) :]}
-    for full in names:
-        rest = full[len(prefix) :]
-        head, dot, _ = rest.partition(".")
-        if not dot or head in plain or not head:  # no prefix, or it collides with a column
-            out.append(ColumnNode(rest, full))
-            continue
-        if head not in members:
-            members[head] = []
-            out.append(ColumnNode(head, None))
-        members[head].append(full)
-    return [
-        node
-        if node.leaf is not None
-        else ColumnNode(node.name, None, tuple(_group(members[node.name], f"{prefix}{node.name}.")))
-        for node in out
-    ]
-
-
-def metadata_names(
-    log_names: Sequence[str], optional: Sequence[str] = OPTIONAL_METADATA
-) -> dict[str, str]:
-    """The name each metadata column takes beside these top-level log columns: its own,
-    or with ``_`` before it when the log has a column of that name (MQTT's ``topic``);
-    ``optional`` are the optional ones to name too."""
-    taken = set(log_names)
-    out = {}
-    for meta in (*LOG_METADATA, *optional):
-        name = meta
-        while name in taken:
-            name = "_" + name
-        taken.add(name)
-        out[meta] = name
-    return out
 
 
 def _struct(nodes: Sequence[ColumnNode], types: dict[str, ZeekType]) -> list[StructField]:
@@ -242,63 +172,6 @@ def log_schema_for(log: str | LogSchema) -> LogSchema:
 # --- what a reader's output columns ask for ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LogColumns:
-    """How a query's columns are filled: metadata by role, log columns by Zeek name.
-
-    ``leaves`` are the Zeek column names the output holds (``id.orig_h``), found
-    from flat names or from struct members; ``roles`` maps metadata roles
-    (``topic``...) to output column names; ``generic`` is a ``_path``/``log`` output.
-    """
-
-    roles: dict[str, str]
-    leaves: tuple[str, ...]
-    generic: bool
-
-    @classmethod
-    def of(cls, schema: StructType, known: Sequence[str] = ()) -> LogColumns:
-        """Work out an output schema's roles; ``known`` are the Zeek column names of the
-        log, whose top-level names push a metadata column's name to ``_topic`` and so on
-        (:func:`metadata_names`), as in the schema the source offers."""
-        top = {n.partition(".")[0] for n in known} | set(known)
-        by_name = {name: role for role, name in metadata_names(sorted(top)).items()}
-        by_name.setdefault("log", "log")
-        if not any(by_name.get(f.name) == "log" for f in schema.fields):
-            # typed columns: ``records`` counts the lines of a log column and ``message``
-            # holds them, so here they are columns of the log's own (Zeek's reporter
-            # log has a ``message``; a site's log may have a ``records``)
-            by_name = {
-                name: role for name, role in by_name.items() if role not in (RECORDS, MESSAGE)
-            }
-        roles: dict[str, str] = {}
-        leaves: list[str] = []
-        for f in schema.fields:
-            role = by_name.get(f.name)
-            if role is not None and role not in roles:
-                want = _METADATA_TYPES[role]
-                if type(f.dataType) is not type(want):
-                    raise BrokerOptionError(
-                        "schema", f.name, f"column {f.name} must be {want.simpleString()}"
-                    )
-                roles[role] = f.name
-                continue
-            leaves.extend(_leaves(f, ""))
-        generic = "log" in roles
-        if generic and leaves:
-            raise BrokerOptionError(
-                "schema",
-                ", ".join(leaves[:3]),
-                "a schema with a log column holds no typed log columns",
-            )
-        if MESSAGE in roles and RECORDS not in roles:
-            raise BrokerOptionError(
-                "schema",
-                roles[MESSAGE],
-                f"a {roles[MESSAGE]} column (a message's records) needs a records column",
-            )
-        return cls(roles, tuple(leaves), generic)
-
-
 def _leaves(f: StructField, prefix: str) -> list[str]:
     if isinstance(f.dataType, StructType):
         out = []
@@ -306,6 +179,49 @@ def _leaves(f: StructField, prefix: str) -> list[str]:
             out.extend(_leaves(child, f"{prefix}{f.name}."))
         return out
     return [prefix + f.name]
+
+
+def log_columns(schema: StructType, known: Sequence[str] = ()) -> LogColumns:
+    """How an output schema's columns are filled (its metadata roles, the Zeek columns it
+    holds); ``known`` are the Zeek column names of the log, whose top-level names push a
+    metadata column's name to ``_topic`` and so on (:func:`metadata_names`), as in the
+    schema the source offers. A column of a role but not its type, typed columns beside
+    ``log``, or ``message`` without ``records`` raise :class:`BrokerOptionError`."""
+    top = {n.partition(".")[0] for n in known} | set(known)
+    by_name = {name: role for role, name in metadata_names(sorted(top)).items()}
+    by_name.setdefault("log", "log")
+    if not any(by_name.get(f.name) == "log" for f in schema.fields):
+        # typed columns: ``records`` counts the lines of a log column and ``message``
+        # holds them, so here they are columns of the log's own (Zeek's reporter
+        # log has a ``message``; a site's log may have a ``records``)
+        by_name = {name: role for name, role in by_name.items() if role not in (RECORDS, MESSAGE)}
+    roles: dict[str, str] = {}
+    leaves: list[str] = []
+    for f in schema.fields:
+        role = by_name.get(f.name)
+        if role is not None and role not in roles:
+            want = _METADATA_TYPES[role]
+            if type(f.dataType) is not type(want):
+                raise BrokerOptionError(
+                    "schema", f.name, f"column {f.name} must be {want.simpleString()}"
+                )
+            roles[role] = f.name
+            continue
+        leaves.extend(_leaves(f, ""))
+    generic = "log" in roles
+    if generic and leaves:
+        raise BrokerOptionError(
+            "schema",
+            ", ".join(leaves[:3]),
+            "a schema with a log column holds no typed log columns",
+        )
+    if MESSAGE in roles and RECORDS not in roles:
+        raise BrokerOptionError(
+            "schema",
+            roles[MESSAGE],
+            f"a {roles[MESSAGE]} column (a message's records) needs a records column",
+        )
+    return LogColumns(roles, tuple(leaves), generic)
 
 
 # --- Zeek's JSON logs into the same columns --------------------------------------------------

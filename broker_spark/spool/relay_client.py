@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spool.relay_protocol import (
     Records,
@@ -25,7 +26,7 @@ from broker_spark.spool.relay_protocol import (
     ServerMessage,
 )
 
-__all__ = ["RelayError", "SpoolClient", "SpoolClientError"]
+__all__ = ["RelayError", "SpoolClient", "SpoolClientError", "served_topics"]
 
 _READ_SIZE = 1 << 18
 
@@ -197,3 +198,14 @@ class SpoolClient:
         frame = self.session.took(nbytes)
         if frame is not None:
             self.send(frame)
+
+
+def served_topics(
+    welcome: dict[str, Any], topics: tuple[str, ...] | None, data: bytes, count: int
+) -> tuple[bytes, int]:
+    """``data`` (``count`` records) as served for a reader of ``topics``: a relay that
+    serves readers their topics says so in its WELCOME; from one that does not (an
+    older relay), the records of other topics are left out here."""
+    if not topics or welcome.get("topics") is not None:
+        return data, count
+    return keep_topics(data, topics)

@@ -1,0 +1,300 @@
+"""What one Spark task of a stream batch reads: a range of spool offsets, and how to get them.
+
+``read`` runs on an executor, in another process and maybe on another
+machine, with a pickled copy of the reader and the partition; only the
+partition carries per-batch data (REFERENCE.md section 3). Two ways:
+
+* ``inline``: the driver reads the range from its spool while
+  planning and the partition carries the packed records (about 130 bytes
+  per small Zeek event), compressed (zstd's fast level; several times smaller:
+  topics, senders, event names and log type tags repeat). Nothing but Spark's own task channel is
+  needed, so it works when executors cannot see the driver's disk. The driver side
+  compresses what arrives while the previous batch runs
+  (:mod:`~broker_spark.spool.inline_frames`), so planning mostly joins frames.
+* ``spool``: the partition names ``[start, end)`` of a ``spoolPath`` that
+  every executor can read (a shared file system), and the task reads it
+  itself through a read-only view, so planning ships only offsets.
+
+The default, ``auto``, is inline until a task shows that it runs in the
+driver's JVM (local mode), then spool (:mod:`~broker_spark.spark.read.local_executors`).
+
+Measured with ``bench/spark_stream.py`` on 2 cores (publisher, driver and
+executors on the same machine, warm JVM, 2 s trigger, pre-encoded events):
+uncompressed inline records cost about 2 us of CPU per row more than the
+spool (copies in the driver's Python process, the JVM and the worker), 215k
+to 221k rows/s against 291k to 314k; compressed, the two are the same within
+the noise (239k to 243k inline, 225k to 228k spool in one run). Zeek's conn
+log (445 bytes a row) is another matter: inline costs 0.6 to 1.4 us a row
+more in all, and the spool kept up with 330k rows/s where inline made 285k
+to 307k (``bench/zeek_logs.py``). Hence ``auto``: the spool where the tasks
+can read it, inline everywhere else; ``spool`` also saves the driver's
+memory for very large batches when a shared file system is there. (Either
+way, ``maxRecordsPerTrigger`` bounds what one batch holds in memory.)
+
+Either way the bytes are the spool's record stream for exactly that range,
+so a range always reads the same rows.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from broker_spark.errors import DecodeError
+from broker_spark.spark.read.local_executors import report_if_local
+from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.spool import Spool
+
+__all__ = [
+    "INLINE_CODEC",
+    "INLINE_LEVEL",
+    "BatchConverter",
+    "SpoolPartition",
+    "read_partition",
+    "with_schemas",
+]
+
+#: The largest record stream an inline partition may expand to (a bound, not a target).
+MAX_INLINE_BYTES = 1 << 31
+
+#: Rows per Arrow batch handed to Spark (slices of the partition's batch, no copies): the
+#: JVM takes a batch at a time, and smaller ones keep its heap and caches small, as
+#: Spark's own ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000) does.
+YIELD_ROWS = 10_000
+
+log = logging.getLogger(__name__)
+
+
+class BatchConverter(Protocol):
+    """Turns a packed record stream into one Arrow batch (``RecordConverter`` and friends)."""
+
+    misfits: int
+    undecodable: int
+
+    def convert_packed(self, packed: bytes, count: int | None = None) -> pa.RecordBatch: ...
+
+
+def _inline_codec() -> tuple[str | None, int | None]:
+    """Zstandard at its fast level -3 where pyarrow has it (its wheels do), else LZ4.
+
+    Measured on a partition of Zeek conn-log records (445 bytes a row): zstd -3
+    compressed 0.34 us and expanded 0.14 to 0.2 us a row to a sixth of the size,
+    LZ4 0.52 and 0.25 to 0.31 us to a fifth; on small Zeek events both cost well
+    under 0.1 us a row, zstd shrinking further. Uncompressed, a backlog's
+    partitions filled the driver JVM's heap.
+    """
+    if pa.Codec.is_available("zstd"):
+        return "zstd", -3
+    if pa.Codec.is_available("lz4"):
+        return "lz4", None
+    return None, None
+
+
+#: How inline records travel (codec name, compression level).
+INLINE_CODEC, INLINE_LEVEL = _inline_codec()
+
+
+class SpoolPartition(InputPartition):
+    """Offsets ``[start, end)``; ``packed`` holds their records when shipped inline.
+
+    ``spool_path`` is set instead when executors read the shared spool
+    themselves; ``schemas`` (Zeek log readers) are the log schemas in force at
+    ``start``; ``fail_on_data_loss`` says what a task does when retention
+    dropped part of the range between planning and reading. ``codec`` names
+    the compression of ``packed`` (None: plain) and ``size`` its plain length.
+    ``local_token`` (``partitionData=auto``, inline) names the driver's JVM: a
+    task in that JVM says so in the spool at ``spool_path``, which it can read.
+    """
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        packed: bytes | None = None,
+        spool_path: str | None = None,
+        fail_on_data_loss: bool = True,
+        codec: str | None = None,
+        size: int = 0,
+    ) -> None:
+        super().__init__((start, end))
+        self.start = start
+        self.end = end
+        self.packed = packed
+        self.spool_path = spool_path
+        self.fail_on_data_loss = fail_on_data_loss
+        self.codec = codec
+        self.size = size
+        self.schemas: list | None = None
+        self.local_token: str | None = None
+        self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
+        self.relay_id: str | None = None  # the spool id of that relay (checked by the task)
+        self.relay_topics: tuple[str, ...] | None = None  # the records it fetches: theirs
+        #: records an inline stream holds when fewer than its offsets (a relay that limits
+        #: the reader to some topics left the others out); None: one per offset
+        self.count: int | None = None
+
+    @classmethod
+    def relayed(
+        cls,
+        start: int,
+        end: int,
+        relay: Any,
+        ssl: Any,
+        fail_on_data_loss: bool,
+        relay_id: str | None = None,
+        topics: tuple[str, ...] | None = None,
+    ) -> SpoolPartition:
+        """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)
+        whose spool is ``relay_id``: the records on ``topics`` (the reader's; None: all)."""
+        part = cls(start, end, fail_on_data_loss=fail_on_data_loss)
+        part.relay = (relay, ssl)
+        part.relay_id = relay_id
+        part.relay_topics = topics
+        return part
+
+    @classmethod
+    def inline(
+        cls, start: int, end: int, records: bytes, count: int | None = None
+    ) -> SpoolPartition:
+        """A partition carrying ``records`` (a record stream), compressed when that helps.
+
+        Every byte of an inline partition is copied several times on its way to
+        the executor (pickled by the driver's Python process, held and
+        serialized by the JVM with the task, handed to the Python worker), and
+        measured that costs about 2 us per row more than reading a shared spool.
+        Records repeat their topic and sender, Zeek's event names and the type
+        tags of log records, so a fast codec (:data:`INLINE_CODEC`) shrinks them
+        several times for a fraction of that.
+        """
+        if INLINE_CODEC is None or not records:
+            part = cls(start, end, packed=records)
+        else:
+            packed = pa.Codec(INLINE_CODEC, compression_level=INLINE_LEVEL).compress(
+                records, asbytes=True
+            )
+            part = cls(start, end, packed=packed, codec=INLINE_CODEC, size=len(records))
+        if count is not None and count != end - start:
+            part.count = count
+        return part
+
+    def records(self) -> bytes:
+        """The inline record stream, expanded."""
+        assert self.packed is not None
+        if self.codec is None:
+            return self.packed
+        if not 0 < self.size <= MAX_INLINE_BYTES:
+            raise DecodeError(f"partition {self!r}: bad expanded size {self.size}")
+        try:
+            return pa.Codec(self.codec).decompress(
+                self.packed, decompressed_size=self.size, asbytes=True
+            )
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise DecodeError(f"partition {self!r}: cannot expand its records: {exc}") from None
+
+    def __repr__(self) -> str:
+        if self.packed is not None:
+            where = "inline"
+        elif self.relay is not None:
+            where = f"relay {self.relay[0]}"
+        else:
+            where = f"spool {self.spool_path}"
+        return f"SpoolPartition({self.start}, {self.end}, {where})"
+
+
+def with_schemas(part: SpoolPartition, history: Any, lo: int) -> SpoolPartition:
+    """``part`` carrying the Zeek log schemas in force at offset ``lo`` (from the runtime's
+    ``history``; a reader of messages has none)."""
+    if history is not None:
+        part.schemas = history.snapshot(lo)
+    return part
+
+
+def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
+    """The range from the shared spool (read-only view) or the relay, or what is still held
+    of it if data was lost; and the number of records read."""
+    if partition.relay is not None:
+        from broker_spark.spark.read.relay_fetch import fetch_from_relay
+
+        relay, ssl = partition.relay
+
+        def read(lo: int, hi: int) -> tuple[bytes, int]:
+            return fetch_from_relay(
+                relay, ssl, lo, hi, relay_id=partition.relay_id, topics=partition.relay_topics
+            )
+
+        return _read_range(partition, read)
+    assert partition.spool_path is not None
+    with Spool(partition.spool_path, readonly=True) as spool:
+        return _read_range(partition, lambda lo, hi: (spool.read_packed(lo, hi), hi - lo))
+
+
+def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
+    """``read(lo, hi)``, a record stream and its count, over the partition's range; past
+    what retention dropped when ``failOnDataLoss`` is false."""
+    lo = partition.start
+    try:
+        return read(lo, partition.end)
+    except DataLossError as exc:
+        if partition.fail_on_data_loss:
+            raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
+                None
+            ) from None
+        lo = min(max(exc.earliest, partition.start), partition.end)
+        log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
+        return read(lo, partition.end)
+
+
+_heap_frozen = False
+
+
+def _freeze_heap_once() -> None:
+    """Take what the worker holds now (modules, caches) out of the cyclic collector's sight.
+
+    Spark's Python worker daemon runs a full ``gc.collect()`` after every task of
+    a reused worker, and a full collection walks every tracked object: with
+    pyspark, pyarrow and this package loaded that is 20 to 70 ms of CPU per
+    task (measured: about 0.7 us per row at 95,000 rows a task). ``gc.freeze``
+    moves the objects alive now to a permanent generation that collections
+    skip; they are still freed by reference counting, so only reference cycles
+    among them (module-level state, which lives as long as the worker) are
+    never collected. Done once per worker process, at its first partition.
+    """
+    global _heap_frozen
+    if not _heap_frozen:
+        _heap_frozen = True
+        gc.freeze()
+
+
+def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.RecordBatch]:
+    """The Arrow batch of one partition (nothing for an empty one)."""
+    _freeze_heap_once()
+    if not isinstance(partition, SpoolPartition):
+        raise TypeError(f"not a partition of the broker source: {partition!r}")
+    if partition.packed is not None:
+        packed = partition.records()
+        count = partition.count if partition.count is not None else partition.end - partition.start
+        if partition.local_token is not None:
+            report_if_local(partition.spool_path, partition.local_token)
+    else:
+        packed, count = _read_shared(partition)
+    if not packed:
+        return
+    batch = converter.convert_packed(packed, count)
+    if converter.misfits or converter.undecodable:
+        log.warning(
+            "offsets %d-%d: %d values did not fit the schema, %d payloads did not decode (nulls)",
+            partition.start,
+            partition.end - 1,
+            converter.misfits,
+            converter.undecodable,
+        )
+    if batch.num_rows <= YIELD_ROWS:
+        yield batch
+        return
+    for lo in range(0, batch.num_rows, YIELD_ROWS):
+        yield batch.slice(lo, YIELD_ROWS)
