@@ -53,8 +53,9 @@ def _publish(hub: broker.Endpoint, first: int, count: int, topic: str = "zeek/ev
 
 def _spooled(reader: StreamReader, count: int) -> None:
     runtime = reader.runtime
-    assert runtime is not None and runtime.pump is not None
-    assert runtime.pump.wait_appended(count, 20), f"fewer than {count} messages arrived"
+    assert runtime is not None and runtime.service is not None
+    [pump] = runtime.service.pumps
+    assert pump.wait_appended(count, 20), f"fewer than {count} messages arrived"
 
 
 def _wait_subscribed(hub: broker.Endpoint) -> None:
@@ -515,7 +516,7 @@ def test_latest_starts_before_the_subscription_is_seen(
         connect(runtime)
         _wait_subscribed(hub)
         _publish(hub, 0, 30)
-        assert runtime.pump is not None and runtime.pump.wait_appended(30, 20)
+        assert runtime.service is not None and runtime.service.pumps[0].wait_appended(30, 20)
 
     monkeypatch.setattr(ReaderRuntime, "connect", slow_connect)
     reader = _reader(hub)

@@ -1,10 +1,15 @@
-"""What the stream reader runs on the driver: its spool, its endpoint and the pump between them.
+"""A spool node for the data source: a spool, the sources that feed it, and its pumps.
 
-Everything here lives in the long-lived Python process Spark keeps on the
-driver for one run of a query, and is started from the reader's first offset
-call, never at import, in a constructor or on an executor (REFERENCE.md
-section 3). Starting follows one order, so that nothing received is missed
-and nothing is appended before the spool agrees with Spark's checkpoint:
+:class:`ReaderRuntime` opens the endpoint (or ZeroMQ logger socket) the options
+describe and appends what arrives to a spool through a
+:class:`~broker_spark.spool.service.SpoolService`, the same spool node a relay
+(``broker-spark node --spool``) runs. Two owners run it: the stream reader, in the
+long-lived Python process Spark keeps on the driver for one run of a query
+(started from the reader's first offset call, never at import, in a constructor
+or on an executor: REFERENCE.md section 3), and the receiver process of a
+``spoolPath`` (:mod:`.receiver`), which serves it to the query's readers. Starting
+follows one order, so that nothing received is missed and nothing is appended
+before the spool agrees with Spark's checkpoint:
 
 1. open the spool (``spoolPath``, or a private temporary directory that is
    removed at :meth:`ReaderRuntime.close`, on SIGTERM and at exit: see
@@ -13,7 +18,7 @@ and nothing is appended before the spool agrees with Spark's checkpoint:
    :meth:`ReaderRuntime.reconcile`);
 3. open the endpoint, subscribing before any peering so peers learn our
    filter in the handshake, then listen/peer/connect;
-4. start the pump.
+4. start the pumps.
 """
 
 from __future__ import annotations
@@ -27,9 +32,8 @@ from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.options import ReaderOptions, SpoolOptions
 from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint, open_log_receiver
 from broker_spark.spool.private import make_private_spool, release_private_spool
-from broker_spark.spool.pump import SpoolPump, SpoolSource
 from broker_spark.spool.schema_history import LogSchemaHistory
-from broker_spark.spool.service import learn_sizes
+from broker_spark.spool.service import SpoolService
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL, Spool
 
 __all__ = [
@@ -81,12 +85,13 @@ def lost_before_checkpoint(options: ReaderOptions, checkpoint: int, end: int, wh
 
 
 class ReaderRuntime:
-    """The spool, endpoint and pump of one stream reader in its driver-side process.
+    """A spool node: the spool, endpoint and pumps of one stream reader (or receiver).
 
     ``after_connect`` runs once the endpoint is connected (the store reader
     attaches its clone there); with ``logs`` a :class:`LogSchemaHistory` (kept
     beside a ``spoolPath``) learns the Zeek log schemas the pump appends;
-    ``index_interval`` is the spool's (records between index entries).
+    ``index_interval`` is the spool's (records between index entries); ``retry``
+    the redial interval after a peering or bridge drops.
     """
 
     def __init__(
@@ -98,19 +103,23 @@ class ReaderRuntime:
         settings: EndpointSettings | None = None,
         logs: bool = False,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
+        retry: float = RECONNECT_INTERVAL,
+        spool_path: str | None = None,
     ) -> None:
         self.options = options
         self.topics = tuple(topics)
         self._after_connect = after_connect
         self._settings = settings or EndpointSettings()
-        self.history = LogSchemaHistory(options.spool.path) if logs else None
+        #: the spool's folder: ``spool_path``, else ``spoolPath`` (empty: a private one)
+        self.spool_path = spool_path or options.spool.path or ""
+        self.history = LogSchemaHistory(self.spool_path or None) if logs else None
         self._index_interval = index_interval
+        self._retry = retry
         self._tmpdir: str | None = None
-        self.spool_path = options.spool.path or ""
         self.spool: Spool | None = None
         self.endpoint: Endpoint | None = None
-        self.subscription: SpoolSource | None = None
-        self.pump: SpoolPump | None = None
+        #: The spool node (sources, pumps, what arrived): once :meth:`connect` made it.
+        self.service: SpoolService | None = None
         self.attachments: list[object] = []
 
     # --- starting --------------------------------------------------------------------
@@ -122,8 +131,6 @@ class ReaderRuntime:
                 self._tmpdir = make_private_spool()
                 self.spool_path = self._tmpdir
             self.spool = self._new_spool()
-            if self.history is not None:
-                learn_sizes(self.history, self.spool)
         return self.spool
 
     def _new_spool(self) -> Spool:
@@ -149,33 +156,30 @@ class ReaderRuntime:
             spool.restart_at(checkpoint)
 
     def connect(self) -> None:
-        """Steps 3 and 4: endpoint, subscription, peerings, pump (idempotent)."""
-        if self.endpoint is not None or self.subscription is not None:
+        """Steps 3 and 4: endpoint, subscription, peerings, pumps (idempotent)."""
+        if self.service is not None:
             return
         spool = self.open_spool()
-
-        def subscribe(endpoint: Endpoint) -> None:
-            self.subscription = endpoint.make_raw_subscriber(
-                self.topics, qsize=self._settings.subscriber_queue_size
-            )
-
-        if self.options.connection.zeromq.logs is not None:  # Zeek's logger on ZeroMQ
-            self.subscription = open_log_receiver(self.options.connection)
-        else:
-            self.endpoint = open_endpoint(
-                self.options.connection,
-                settings=self._settings,
-                before_connect=subscribe,
-                retry=RECONNECT_INTERVAL,
-                websocket_topics=self.topics,
-            )
+        service = self.service = SpoolService(
+            spool,
+            self.topics,
+            history=self.history,
+            queue_size=self._settings.subscriber_queue_size,
+        )
         try:
+            if self.options.connection.zeromq.logs is not None:  # Zeek's logger on ZeroMQ
+                service.take_from(open_log_receiver(self.options.connection))
+            else:
+                self.endpoint = open_endpoint(
+                    self.options.connection,
+                    settings=self._settings,
+                    before_connect=service.subscribe,
+                    retry=self._retry,
+                    websocket_topics=self.topics,
+                )
             if self._after_connect is not None and self.endpoint is not None:
                 self.attachments.append(self._after_connect(self.endpoint))
-            assert self.subscription is not None
-            observe = self.history.observe if self.history is not None else None
-            self.pump = SpoolPump(self.subscription, spool, observe=observe)
-            self.pump.start()
+            service.start()
         except BaseException:
             self.close()
             raise
@@ -188,11 +192,11 @@ class ReaderRuntime:
     # --- running ---------------------------------------------------------------------
 
     def check(self) -> Spool:
-        """The spool, after making sure the pump is healthy (its failure fails the query)."""
+        """The spool, after making sure the pumps are healthy (a failure fails the query)."""
         assert self.spool is not None
-        pump = self.pump
-        if pump is not None and pump.error is not None:
-            raise BrokerError(f"receiving into spool {self.spool_path} failed: {pump.error}")
+        error = self.service.error if self.service is not None else None
+        if error is not None:
+            raise BrokerError(f"receiving into spool {self.spool_path} failed: {error}")
         return self.spool
 
     def committed(self, offset: int) -> None:
@@ -201,13 +205,10 @@ class ReaderRuntime:
     # --- stopping --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the pump, shut the endpoint down, close the spool, remove a temporary spool."""
-        if self.pump is not None:
-            self.pump.stop()
-            self.pump = None
-        if self.subscription is not None:
-            self.subscription.close()
-            self.subscription = None
+        """Stop the pumps, shut the endpoint down, close the spool, remove a temporary spool."""
+        if self.service is not None:
+            self.service.close()
+            self.service = None
         for attached in self.attachments:
             reset = getattr(attached, "reset", None)
             if callable(reset):

@@ -116,23 +116,25 @@ def _log_to(path: str) -> None:
 def run(spool_path: str, request: Mapping[str, Any]) -> int:
     """Own ``spool_path`` as ``request`` says, until idle, stopped or signalled."""
     from broker_spark.spark.options import parse_reader_options
-    from broker_spark.spark.runtime.connect import (
-        EndpointSettings,
-        open_endpoint,
-        open_log_receiver,
-    )
-    from broker_spark.spark.runtime.in_process import open_configured_spool
+    from broker_spark.spark.runtime.connect import EndpointSettings
+    from broker_spark.spark.runtime.in_process import ReaderRuntime
     from broker_spark.spool.relay_server import RelayServer
-    from broker_spark.spool.schema_history import LogSchemaHistory
-    from broker_spark.spool.service import SpoolService
     from broker_spark.spool.spool import SpoolLockedError
 
     options = parse_reader_options(dict(request["options"]))
     logs = bool(request.get("logs"))
-    index_interval = int(request.get("index_interval", 128))
     identity = identity_of(options, logs=logs)
+    runtime = ReaderRuntime(
+        options,
+        options.topics,
+        settings=EndpointSettings(),
+        logs=logs,
+        index_interval=int(request.get("index_interval", 128)),
+        retry=float(request.get("retry", 5.0)),
+        spool_path=spool_path,
+    )
     try:
-        spool = open_configured_spool(spool_path, options.spool, index_interval)
+        spool = runtime.open_spool()
     except SpoolLockedError as exc:
         _answer({"error": str(exc), "busy": True})
         return 3
@@ -141,30 +143,20 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
         return 2
     _log_to(spool_path)
     end_at_start = spool.end_offset()
-    service = SpoolService(
-        spool, options.topics, history=LogSchemaHistory(spool_path) if logs else None
-    )
     stop = threading.Event()
     idle = IdleTimer(options.receiver_idle_timeout, time.monotonic())
-    endpoint = server = None
+    server = None
     info = os.path.join(spool_path, INFO_FILE)
     sock = socket_path(spool_path)
     try:
         try:
-            if options.connection.zeromq.logs is not None:  # the logger of a ZeroMQ cluster
-                service.take_from(open_log_receiver(options.connection))
-            else:
-                endpoint = open_endpoint(
-                    options.connection,
-                    settings=EndpointSettings(),
-                    before_connect=service.subscribe,
-                    retry=float(request.get("retry", 5.0)),
-                    websocket_topics=options.topics,
-                )
+            runtime.connect()
         except BrokerError as exc:
             _answer({"error": str(exc)})
             return 2
-        service.start()
+        service = runtime.service
+        endpoint = runtime.endpoint
+        assert service is not None
 
         def attach(fields: dict[str, Any]) -> str | None:
             theirs = fields.get("identity")
@@ -216,10 +208,7 @@ def run(spool_path: str, request: Mapping[str, Any]) -> int:
             server.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(sock)
-        service.close()
-        if endpoint is not None:
-            endpoint.shutdown()
-        spool.close()
+        runtime.close()
 
 
 def _write_info(path: str, info: dict[str, Any]) -> None:
