@@ -44,10 +44,35 @@ def names(frames: list[bytes]) -> list[str]:
     return [type(m).__name__ for m in bodies(frames)]
 
 
+def sent(hs: Handshake) -> list[bytes]:
+    """The frames ``hs`` collected to send since it was last asked, one by one."""
+    return [encode_frame(body) for body in FrameDecoder().feed(hs.data_to_send())]
+
+
+def start(hs: Handshake) -> list[bytes]:
+    hs.start()
+    return sent(hs)
+
+
+def receive(hs: Handshake, body: bytes) -> list[bytes]:
+    hs.receive(body)
+    return sent(hs)
+
+
+def tick(hs: Handshake, now: float) -> list[bytes]:
+    hs.tick(now)
+    return sent(hs)
+
+
+def reject(hs: Handshake) -> list[bytes]:
+    hs.reject_redundant()
+    return sent(hs)
+
+
 def feed(hs: Handshake, *msgs: HandshakeMessage) -> list[bytes]:
     out: list[bytes] = []
     for msg in msgs:
-        out += hs.receive(encode_handshake(msg))
+        out += receive(hs, encode_handshake(msg))
     return out
 
 
@@ -74,19 +99,19 @@ def test_reproduces_recorded_handshake_against_recorded_peer(session: str) -> No
     s2c = FrameDecoder().feed((VECTORS / f"{session}.s2c.bin").read_bytes())
 
     connector = Handshake(cid, cfilter, "connector")
-    out = connector.start()
+    out = start(connector)
     for body in s2c[:3]:
         assert not connector.done
-        out += connector.receive(body)
+        out += receive(connector, body)
     assert connector.done and connector.is_originator and connector.version == 1
     assert connector.peer_id == aid and connector.peer_filter == afilter
     assert b"".join(out) == encode_frames(c2s[:4])
 
     acceptor = Handshake(aid, afilter, "acceptor")
-    out = acceptor.start()
+    out = start(acceptor)
     for body in c2s[:4]:
         assert not acceptor.done
-        out += acceptor.receive(body)
+        out += receive(acceptor, body)
     assert acceptor.done and acceptor.is_originator is False and acceptor.version == 1
     assert acceptor.peer_id == cid and acceptor.peer_filter == cfilter
     assert b"".join(out) == encode_frames(s2c[:3])
@@ -103,8 +128,8 @@ class Link:
         self.decoders = {"c": FrameDecoder(), "a": FrameDecoder()}
         self.queues: dict[str, list[bytes]] = {"c": [], "a": []}  # frames *to* that side
         self.sent: dict[str, list[bytes]] = {"c": [], "a": []}
-        self._emit("c", connector.start())
-        self._emit("a", acceptor.start())
+        self._emit("c", start(connector))
+        self._emit("a", start(acceptor))
 
     def _emit(self, side: str, frames: list[bytes]) -> None:
         other = "a" if side == "c" else "c"
@@ -122,7 +147,7 @@ class Link:
             data, rest = data[:limit], data[limit:]
             queue.insert(0, rest)
         for body in self.decoders[side].feed(data):
-            self._emit(side, self.sides[side].receive(body))
+            self._emit(side, receive(self.sides[side], body))
 
     def run(self, choose: Callable[[list[str]], str]) -> Link:
         while opts := self.options():
@@ -230,13 +255,13 @@ def test_incompatible_versions_fail_on_both_sides(
 
 
 def test_start_sends_hello_or_probe() -> None:
-    assert Handshake(SMALL, [], "connector", (1, 2)).start() == [frame(Hello(SMALL, 1, 2))]
-    assert Handshake(SMALL, [], "acceptor").start() == [frame(Probe())]
+    assert start(Handshake(SMALL, [], "connector", (1, 2))) == [frame(Hello(SMALL, 1, 2))]
+    assert start(Handshake(SMALL, [], "acceptor")) == [frame(Probe())]
 
 
 def test_peer_id_known_as_soon_as_hello_arrives() -> None:
     acc = Handshake(LARGE, [], "acceptor")
-    acc.start()
+    start(acc)
     assert acc.peer_id is None and acc.is_originator is None
     assert feed(acc, Hello(SMALL, 1, 2)) == [frame(Hello(LARGE, 1, 1))]
     assert acc.peer_id == SMALL and acc.peer_versions == (1, 2)
@@ -245,7 +270,7 @@ def test_peer_id_known_as_soon_as_hello_arrives() -> None:
 
 def test_connector_responder_learns_peer_from_version_select() -> None:
     con = Handshake(LARGE, ["/x"], "connector")
-    con.start()
+    start(con)
     assert feed(con, Probe()) == []
     assert feed(con, VersionSelect(SMALL, 1)) == []
     assert con.peer_id == SMALL and con.version == 1 and con.is_originator is False
@@ -256,14 +281,14 @@ def test_connector_responder_learns_peer_from_version_select() -> None:
 
 def test_connector_with_larger_id_does_not_repeat_its_hello() -> None:
     con = Handshake(LARGE, [], "connector")
-    con.start()
+    start(con)
     assert feed(con, Hello(SMALL, 1, 1)) == []
     assert con.state is S.AWAIT_VERSION_SELECT and con.peer_id == SMALL
 
 
 def test_originator_selects_highest_common_version() -> None:
     con = Handshake(SMALL, ["/f"], "connector", (1, 3))
-    con.start()
+    start(con)
     out = feed(con, Hello(LARGE, 2, 2))
     assert bodies(out) == [VersionSelect(SMALL, 2), OriginatorSyn(("/f",))]
     assert con.version == 2 and con.state is S.AWAIT_RESPONDER_SYN_ACK
@@ -274,7 +299,7 @@ def test_originator_selects_highest_common_version() -> None:
 @pytest.mark.parametrize("version", [0, 2, 255])
 def test_version_select_outside_our_range_is_refused(version: int) -> None:
     con = Handshake(LARGE, [], "connector", (1, 1))
-    con.start()
+    start(con)
     out = feed(con, VersionSelect(SMALL, version))
     assert con.failed and con.error_code == EC.PeerIncompatible
     (drop,) = bodies(out)
@@ -283,7 +308,7 @@ def test_version_select_outside_our_range_is_refused(version: int) -> None:
 
 def test_hello_with_inverted_range_is_incompatible() -> None:
     acc = Handshake(LARGE, [], "acceptor", (1, 5))
-    acc.start()
+    start(acc)
     feed(acc, Hello(SMALL, 3, 2))
     assert acc.failed and acc.error_code == EC.PeerIncompatible
 
@@ -291,19 +316,19 @@ def test_hello_with_inverted_range_is_incompatible() -> None:
 @pytest.mark.parametrize("role", ["connector", "acceptor"])
 def test_connecting_to_ourselves_is_refused(role: str) -> None:
     hs = Handshake(SMALL, [], role)  # type: ignore[arg-type]
-    hs.start()
+    start(hs)
     out = feed(hs, Hello(SMALL, 1, 1))
     assert hs.failed and hs.error_code == EC.InvalidPeeringRequest
     assert isinstance(bodies(out)[0], DropConn)
     con = Handshake(SMALL, [], "connector")
-    con.start()
+    start(con)
     feed(con, VersionSelect(SMALL, 1))
     assert con.failed and con.error_code == EC.InvalidPeeringRequest
 
 
 def test_version_select_from_another_peer_is_refused() -> None:
     acc = Handshake(LARGE, [], "acceptor")
-    acc.start()
+    start(acc)
     feed(acc, Hello(SMALL, 1, 1))
     feed(acc, VersionSelect(bytes(16), 1))
     assert acc.failed and acc.error_code == EC.PeerInvalid
@@ -316,17 +341,17 @@ def in_state(state: HandshakeState) -> Handshake:
     """A started handshake waiting in ``state``; its peer is SMALL or LARGE."""
     if state is S.AWAIT_HELLO:
         hs = Handshake(LARGE, [], "acceptor")
-        hs.start()
+        start(hs)
     elif state is S.AWAIT_HELLO_OR_VERSION_SELECT:
         hs = Handshake(LARGE, [], "connector")
-        hs.start()
+        start(hs)
     elif state is S.AWAIT_RESPONDER_SYN_ACK:
         hs = Handshake(SMALL, [], "connector")
-        hs.start()
+        start(hs)
         feed(hs, Hello(LARGE, 1, 1))
     else:
         hs = Handshake(LARGE, [], "acceptor")
-        hs.start()
+        start(hs)
         feed(hs, Hello(SMALL, 1, 1))
         if state is not S.AWAIT_VERSION_SELECT:
             feed(hs, VersionSelect(SMALL, 1))
@@ -388,7 +413,7 @@ def test_drop_conn_fails_with_its_code(state: HandshakeState, code: int) -> None
 def test_wrong_magic_fails(state: HandshakeState, kind: int) -> None:
     hs = in_state(state)
     body = bytes([kind]) + b"KEEZ" + bytes(18)
-    assert hs.receive(body) == []
+    assert receive(hs, body) == []
     assert hs.failed and hs.error_code == EC.WrongMagicNumber
 
 
@@ -396,7 +421,7 @@ def test_wrong_magic_fails(state: HandshakeState, kind: int) -> None:
 @pytest.mark.parametrize("body", [b"", b"\x06ZEEK", b"\x0c\x00", b"\x0a\x05\x01", b"\x63garbage"])
 def test_malformed_messages_fail(state: HandshakeState, body: bytes) -> None:
     hs = in_state(state)
-    assert hs.receive(body) == []
+    assert receive(hs, body) == []
     assert hs.failed and hs.error_code == EC.InvalidMessage
 
 
@@ -405,8 +430,8 @@ def test_failed_handshake_ignores_input() -> None:
     hs.receive(b"junk")
     assert hs.failed
     code, message = hs.error_code, hs.error_message
-    assert hs.receive(encode_handshake(Hello(SMALL, 1, 1))) == []
-    assert hs.tick(1e9) == []
+    assert receive(hs, encode_handshake(Hello(SMALL, 1, 1))) == []
+    assert tick(hs, 1e9) == []
     assert (hs.error_code, hs.error_message) == (code, message)
 
 
@@ -415,11 +440,11 @@ def test_misuse_raises_protocol_error() -> None:
     with pytest.raises(ProtocolError) as info:
         hs.receive(encode_handshake(Probe()))
     assert info.value.code == EC.InvalidHandshakeState
-    hs.start()
+    start(hs)
     with pytest.raises(ProtocolError):
-        hs.start()
+        start(hs)
     con = Handshake(SMALL, [], "connector")
-    con.start()
+    start(con)
     feed(con, Hello(LARGE, 1, 1), ResponderSynAck(()))
     assert con.done
     with pytest.raises(ProtocolError):
@@ -450,24 +475,24 @@ def test_constructor_validation(kwargs: dict) -> None:
 def test_timeout_fails_a_stalled_handshake() -> None:
     hs = Handshake(SMALL, [], "connector", now=100.0)
     assert hs.deadline == 100.0 + DEFAULT_HANDSHAKE_TIMEOUT
-    hs.start()
-    assert hs.tick(105.0) == [] and not hs.failed
+    start(hs)
+    assert tick(hs, 105.0) == [] and not hs.failed
     feed(hs, Probe())
-    assert hs.tick(109.999) == [] and not hs.failed
-    assert hs.tick(110.0) == []
+    assert tick(hs, 109.999) == [] and not hs.failed
+    assert tick(hs, 110.0) == []
     assert hs.failed and hs.error_code == EC.PeerTimeout and hs.deadline is None
     assert "await_hello_or_version_select" in (hs.error_message or "")
 
 
 def test_custom_timeout_and_no_timeout_after_done() -> None:
     hs = Handshake(SMALL, [], "connector", now=0.0, timeout=0.5)
-    hs.start()
+    start(hs)
     feed(hs, Hello(LARGE, 1, 1), ResponderSynAck(()))
     assert hs.done
-    assert hs.tick(1000.0) == [] and hs.done and hs.deadline is None
+    assert tick(hs, 1000.0) == [] and hs.done and hs.deadline is None
     slow = Handshake(SMALL, [], "acceptor", now=0.0, timeout=0.5)
-    slow.start()
-    slow.tick(0.5)
+    start(slow)
+    tick(slow, 0.5)
     assert slow.failed and slow.error_code == EC.PeerTimeout
 
 
@@ -482,12 +507,12 @@ def test_is_redundant_consulted_by_originator_only() -> None:
         return True
 
     responder = Handshake(LARGE, [], "acceptor", is_redundant=redundant)
-    responder.start()
+    start(responder)
     feed(responder, Hello(SMALL, 1, 1))
     assert not responder.failed and asked == []
 
     originator = Handshake(SMALL, [], "connector", is_redundant=redundant)
-    originator.start()
+    start(originator)
     out = feed(originator, Hello(LARGE, 1, 1))
     assert asked == [LARGE]
     assert bodies(out) == [DropConn(SMALL, 39, "redundant connection")]
@@ -497,18 +522,18 @@ def test_is_redundant_consulted_by_originator_only() -> None:
 
 def test_reject_redundant_by_the_caller() -> None:
     acc = Handshake(LARGE, [], "acceptor")
-    acc.start()
+    start(acc)
     feed(acc, Hello(SMALL, 1, 1))
-    out = acc.reject_redundant()
+    out = reject(acc)
     assert bodies(out) == [DropConn(LARGE, EC.RedundantConnection, "redundant connection")]
     assert acc.failed and acc.error_code == EC.RedundantConnection
     with pytest.raises(ProtocolError):
         acc.reject_redundant()
     # The other side sees the drop_conn and knows it was about redundancy.
     con = Handshake(SMALL, [], "connector")
-    con.start()
+    start(con)
     for body in FrameDecoder().feed(b"".join(out)):
-        con.receive(body)
+        receive(con, body)
     assert con.failed and con.error_code == EC.RedundantConnection and con.dropped_by_peer
 
 
@@ -586,11 +611,11 @@ _VALID = st.sampled_from(
 @settings(max_examples=300, deadline=None)
 def test_fuzzed_input_never_raises(role: str, own_id: bytes, inputs: list[bytes]) -> None:
     hs = Handshake(own_id, ["/f"], role, (1, 2))  # type: ignore[arg-type]
-    hs.start()
+    start(hs)
     for body in inputs:
         if hs.done:
             break
-        for out in hs.receive(body):
+        for out in receive(hs, body):
             for sent in FrameDecoder().feed(out):
                 decode_handshake(sent)  # we only ever send well-formed messages
     assert hs.failed == (hs.error_code is not None)

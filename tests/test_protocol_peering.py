@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker_spark.errors import EC, SC
+from broker_spark.protocol.framing import FrameDecoder
 from broker_spark.protocol.handshake import Handshake
 from broker_spark.protocol.peering import (
     Abort,
@@ -366,13 +367,14 @@ class SimNet:
                 self.now,
                 is_redundant=lambda pid, c=c: not c.node.machine.claim(pid, c),
             )
-            self.send(c, c.hs.start())
+            c.hs.start()
+            self.send(c, c.hs.data_to_send())
         node.apply(node.machine.dial_done(key))
 
-    def send(self, conn: SimConn, frames: list[bytes]) -> None:
+    def send(self, conn: SimConn, data: bytes) -> None:
         assert conn.other is not None
-        for frame in frames:
-            conn.other.inbox.append(frame[4:])  # the body, without its length prefix
+        for body in FrameDecoder().feed(data):  # frame by frame, without the length prefix
+            conn.other.inbox.append(body)
 
     def deliver(self, conn: SimConn) -> None:
         """The next event at ``conn``: a frame, or the other end's close once all arrived."""
@@ -396,7 +398,8 @@ class SimNet:
         body = conn.inbox.popleft()
         if hs.done or hs.failed:
             return
-        self.send(conn, hs.receive(body))
+        hs.receive(body)
+        self.send(conn, hs.data_to_send())
         if hs.failed:
             if hs.error_code is EC.RedundantConnection:
                 node.apply(node.machine.redundant(conn, hs.peer_id))

@@ -3,8 +3,8 @@
 One :class:`Handshake` runs on each new connection until both sides agree on a
 protocol version and know each other's filter, or until it fails. It never
 touches a socket or a clock: the caller feeds received frame bodies to
-``receive``, passes the time to ``tick``, and writes the frames these calls
-return. That keeps every state and every interleaving testable without I/O.
+``receive``, passes the time to ``tick``, and writes what ``data_to_send``
+hands out. That keeps every state and every interleaving testable without I/O.
 
 The exchange (WIRE.md, checked against recorded Broker sessions):
 
@@ -16,6 +16,10 @@ The exchange (WIRE.md, checked against recorded Broker sessions):
   (unless it sent one already) and waits for ``version_select``.
 - The responder answers ``originator_syn`` with ``responder_syn_ack``; the
   originator then sends ``originator_ack``. Both are done.
+
+The shape is :class:`~broker_spark.protocol.peer_session.PeerSession`'s (which
+runs it): inputs go in (``start``, ``receive``, ``tick``), the frames they call
+for collect inside, and :meth:`Handshake.data_to_send` hands them out, in order.
 
 Redundant connections (two links to one peer) are the caller's business, since
 only the caller sees all connections: it may pass ``is_redundant``, which the
@@ -75,8 +79,8 @@ _PROBE_OK = frozenset({_S.AWAIT_HELLO, _S.AWAIT_HELLO_OR_VERSION_SELECT, _S.AWAI
 class Handshake:
     """The handshake of one connection, in the role of connector or acceptor.
 
-    Every method that may need to send returns a list of complete frames
-    (length prefix included), ready to be written in order. Bad input never
+    What the inputs call for sending collects as complete frames (length prefix
+    included), which :meth:`data_to_send` hands out in order. Bad input never
     raises: it moves the handshake to ``failed`` with an ``EC`` code and a
     message; only calls that make no sense in the current state (receiving
     before ``start``, or after ``done``) raise :class:`ProtocolError`.
@@ -118,6 +122,7 @@ class Handshake:
         self.dropped_by_peer = False
         self._is_redundant = is_redundant
         self._sent_hello = False
+        self._out: list[bytes] = []
 
     # -- status -----------------------------------------------------------------
 
@@ -142,23 +147,31 @@ class Handshake:
         peer = self.peer_id.hex() if self.peer_id else None
         return f"Handshake({self.role}, state={self.state.value}, peer={peer})"
 
+    # -- output -------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """The frames the inputs so far call for and not yet handed out, in order."""
+        out, self._out = self._out, []
+        return b"".join(out)
+
     # -- inputs -------------------------------------------------------------------
 
-    def start(self) -> list[bytes]:
+    def start(self) -> None:
         """Begin: the connector sends hello, the acceptor sends probe."""
         if self.state is not _S.INIT:
             raise ProtocolError("handshake already started", code=EC.InvalidHandshakeState)
         if self.role == "connector":
             self.state = _S.AWAIT_HELLO_OR_VERSION_SELECT
-            return self._send(self._hello())
-        self.state = _S.AWAIT_HELLO
-        return self._send(Probe())
+            self._send(self._hello())
+        else:
+            self.state = _S.AWAIT_HELLO
+            self._send(Probe())
 
-    def receive(self, body: bytes | memoryview) -> list[bytes]:
-        """Handle one received frame body; return the frames to send in reply."""
+    def receive(self, body: bytes | memoryview) -> None:
+        """Handle one received frame body (what it calls for goes to :meth:`data_to_send`)."""
         state = self.state
         if state is _S.FAILED:
-            return []
+            return
         if state is _S.INIT or state is _S.DONE:
             raise ProtocolError(
                 f"handshake cannot receive in state {state.value}", code=EC.InvalidHandshakeState
@@ -172,7 +185,7 @@ class Handshake:
         if isinstance(msg, DropConn):
             return self._on_drop_conn(msg)
         if isinstance(msg, Probe) and state in _PROBE_OK:
-            return []
+            return
         if isinstance(msg, Hello) and state in (_S.AWAIT_HELLO, _S.AWAIT_HELLO_OR_VERSION_SELECT):
             return self._on_hello(msg)
         if isinstance(msg, VersionSelect) and state in (
@@ -189,23 +202,21 @@ class Handshake:
             self._finish()
             return self._send(OriginatorAck())
         if isinstance(msg, OriginatorAck) and state is _S.AWAIT_ORIGINATOR_ACK:
-            self._finish()
-            return []
-        return self._fail(
+            return self._finish()
+        self._fail(
             EC.UnexpectedHandshakeMessage,
             f"unexpected {type(msg).__name__} while in state {state.value}",
         )
 
-    def tick(self, now: float) -> list[bytes]:
+    def tick(self, now: float) -> None:
         """Fail with PeerTimeout once ``now`` reaches the deadline."""
         if self.deadline is not None and now >= self.deadline:
-            return self._fail(
+            self._fail(
                 EC.PeerTimeout,
                 f"handshake not finished within {self.timeout} s (state {self.state.value})",
             )
-        return []
 
-    def reject_redundant(self) -> list[bytes]:
+    def reject_redundant(self) -> None:
         """Abort because the caller already has a connection to this peer.
 
         Sends ``drop_conn(redundant_connection)`` and fails with that code. Only
@@ -217,11 +228,11 @@ class Handshake:
                 f"cannot reject a handshake in state {self.state.value}",
                 code=EC.InvalidHandshakeState,
             )
-        return self._drop(EC.RedundantConnection, "redundant connection")
+        self._drop(EC.RedundantConnection, "redundant connection")
 
-    # -- transitions --------------------------------------------------------------
+    # -- transitions (each returns None: what it sends goes to ``_out``) ---------------
 
-    def _on_hello(self, msg: Hello) -> list[bytes]:
+    def _on_hello(self, msg: Hello) -> None:
         self.peer_id = msg.sender
         self.peer_versions = (msg.min_version, msg.max_version)
         lo, hi = self.supported_versions
@@ -244,11 +255,10 @@ class Handshake:
             )
         self.is_originator = False
         self.state = _S.AWAIT_VERSION_SELECT
-        if self._sent_hello:
-            return []
-        return self._send(self._hello())
+        if not self._sent_hello:
+            self._send(self._hello())
 
-    def _on_version_select(self, msg: VersionSelect) -> list[bytes]:
+    def _on_version_select(self, msg: VersionSelect) -> None:
         if self.peer_id is not None and msg.sender != self.peer_id:
             return self._fail(
                 EC.PeerInvalid,
@@ -266,9 +276,8 @@ class Handshake:
             )
         self.version = msg.version
         self.state = _S.AWAIT_ORIGINATOR_SYN
-        return []
 
-    def _on_drop_conn(self, msg: DropConn) -> list[bytes]:
+    def _on_drop_conn(self, msg: DropConn) -> None:
         if self.peer_id is None:
             self.peer_id = msg.sender
         try:
@@ -285,22 +294,20 @@ class Handshake:
         lo, hi = self.supported_versions
         return Hello(self.own_id, lo, hi)
 
-    def _send(self, *msgs: HandshakeMessage) -> list[bytes]:
-        return [encode_frame(encode_handshake(m)) for m in msgs]
+    def _send(self, *msgs: HandshakeMessage) -> None:
+        self._out += [encode_frame(encode_handshake(m)) for m in msgs]
 
     def _finish(self) -> None:
         self.state = _S.DONE
         self.deadline = None
 
-    def _fail(self, code: EC, message: str) -> list[bytes]:
+    def _fail(self, code: EC, message: str) -> None:
         self.state = _S.FAILED
         self.deadline = None
         self.error_code = code
         self.error_message = message
-        return []
 
-    def _drop(self, code: EC, message: str) -> list[bytes]:
+    def _drop(self, code: EC, message: str) -> None:
         """Fail and tell the peer why, with drop_conn."""
-        frames = self._send(DropConn(self.own_id, int(code), message))
+        self._send(DropConn(self.own_id, int(code), message))
         self._fail(code, message)
-        return frames

@@ -139,7 +139,8 @@ class PeerSession:
         self.last_rx = now
         self.last_ping = now
         self._sniff = not tls  # a plain endpoint checks the first byte for a TLS record
-        self._out: list[bytes] = list(self.handshake.start())
+        self.handshake.start()
+        self._out: list[bytes] = [self.handshake.data_to_send()]
 
     # -- the shell's side --------------------------------------------------------------
 
@@ -192,7 +193,8 @@ class PeerSession:
         hs = self.handshake
         i, n = 0, len(bodies)
         while i < n and not hs.done:
-            self._out += hs.receive(bodies[i])
+            hs.receive(bodies[i])
+            self._out.append(hs.data_to_send())
             i += 1
             if hs.failed:
                 return self._handshake_failed()
@@ -217,7 +219,8 @@ class PeerSession:
         hs = self.handshake
         if self.peered or self.ended or hs.done or hs.failed:
             return []
-        self._out += hs.tick(now)
+        hs.tick(now)
+        self._out.append(hs.data_to_send())
         return self._handshake_failed() if hs.failed else []
 
     def check_health(

@@ -6,7 +6,10 @@ peering that is not moving bytes: which addresses are dialled and redialled
 ``unpeer``), what a ``peer()`` call returns and when, which of two connections
 to the same peer survives, and which failures are reported. It never touches
 a socket, a clock or a task: the caller (``core/peering.py`` on asyncio, or a
-test) feeds it *events* with the time and carries out the *actions* it returns.
+test) feeds it *events* and carries out the *actions* each returns, as a
+:class:`~broker_spark.protocol.peer_session.PeerSession`'s shell carries out its
+events. Its timers are actions too (the shell calls back when one is due), so it
+needs no ``now``.
 
 Events (methods): ``listen``, ``peer``, ``unpeer``, ``close``; a dial that
 ended (``dial_done``/``dial_failed``); a connection that came up, started
@@ -120,7 +123,7 @@ class Abort:
 
 @dataclass(frozen=True, slots=True)
 class StartTimer:
-    """Call ``timer_fired(timer, now)`` after ``delay`` seconds."""
+    """Call ``timer_fired(timer)`` after ``delay`` seconds."""
 
     timer: Timer
     delay: float
