@@ -33,25 +33,19 @@ from broker_spark.data.binary import encode
 from broker_spark.errors import EC, ProtocolError, StoreError
 from broker_spark.protocol import channel as ch
 from broker_spark.store.backends import MemoryBackend
+from broker_spark.store.channel_commands import channel_command, channel_message
 from broker_spark.store.commands import (
-    ACTIONS,
     NIL,
-    AckCloneCommand,
     Action,
     AddCommand,
-    AttachWriterCommand,
     ClearCommand,
-    CumulativeAckCommand,
     EntityId,
     EraseCommand,
     ExpireCommand,
     InternalCommand,
-    KeepaliveCommand,
-    NackCommand,
     PutCommand,
     PutUniqueCommand,
     PutUniqueResultCommand,
-    RetransmitFailedCommand,
     SubtractCommand,
     clone_topic,
     master_topic,
@@ -125,7 +119,8 @@ class CloneState:
         consumer = self._input
         for cmd in cmds:
             if type(cmd.content) is PutCommand and cmd.sender == master and master:
-                # The master's updates: the bulk of all traffic, straight to the channel.
+                # The master's updates: the bulk of all traffic, straight to the channel
+                # (what channel_message makes of a put, built here: its call would cost ~10%).
                 self._last_heard = now
                 try:
                     consumer.receive(ch.Event(cmd.seq, cmd.content))
@@ -139,37 +134,28 @@ class CloneState:
 
     def _receive_one(self, cmd: InternalCommand) -> None:
         """Handle a command from the master (topic ``<name>/<$>/data/clone``)."""
-        c = cmd.content
+        msg = channel_message(cmd, to_master=False)
         sender = cmd.sender
         to_me = cmd.receiver == self.entity
         try:
-            if isinstance(c, AckCloneCommand):
+            if isinstance(msg, ch.Handshake):  # ack_clone
                 if not to_me or (self._input.initialized and sender != self._master):
                     self.dropped += 1
                     return
                 self._master = sender
                 self._input.producer_handle = sender
                 self._heard()
-                self._input.receive(ch.Handshake(c.offset + 1, c.heartbeat_interval, c.snapshot))
+                self._input.receive(msg)
             elif sender != self._master or not self._master:
                 self.dropped += 1  # not (yet) our master
-            elif isinstance(c, ACTIONS):
+            elif isinstance(msg, (ch.Event, ch.Heartbeat)) or (
+                isinstance(msg, ch.RetransmitFailed) and to_me
+            ):
                 self._heard()
-                self._input.receive(ch.Event(cmd.seq, c))
-            elif isinstance(c, KeepaliveCommand):
-                self._heard()
-                self._input.receive(ch.Heartbeat(c.seq))
-            elif isinstance(c, RetransmitFailedCommand) and to_me:
-                self._heard()
-                self._input.receive(ch.RetransmitFailed(c.seq))
-            elif isinstance(c, (CumulativeAckCommand, NackCommand)) and to_me:
+                self._input.receive(msg)
+            elif isinstance(msg, (ch.CumulativeAck, ch.Nack)) and to_me:
                 self._heard()
                 if sender == self._target:
-                    msg = (
-                        ch.CumulativeAck(c.seq)
-                        if isinstance(c, CumulativeAckCommand)
-                        else ch.Nack(c.seqs)
-                    )
                     self._writer.receive(sender, msg)
             else:
                 self.dropped += 1
@@ -422,30 +408,15 @@ class CloneState:
 
     def _drain_input_output(self) -> None:
         for msg in self._input.outgoing():
-            if isinstance(msg, ch.CumulativeAck):
-                content: Any = CumulativeAckCommand(msg.seq)
-                receiver = self._master
-            else:
-                content = NackCommand(msg.seqs)
-                # A handshake request goes to whichever master is out there.
-                receiver = NIL if 0 in msg.seqs else self._master
-            self._out.append(
-                (self.master_topic, InternalCommand(0, self.entity, receiver, content))
-            )
+            # A handshake request (nack 0) goes to whichever master is out there.
+            receiver = NIL if isinstance(msg, ch.Nack) and 0 in msg.seqs else self._master
+            cmd = channel_command(msg, self.entity, receiver, to_master=True)
+            self._out.append((self.master_topic, cmd))
 
     def _drain_writer(self) -> None:
         topic, me, target = self.master_topic, self.entity, self._target
         for _, msg in self._writer.outgoing():
-            if isinstance(msg, ch.Event):
-                cmd = InternalCommand(msg.seq, me, target, msg.content)
-            elif isinstance(msg, ch.Heartbeat):
-                cmd = InternalCommand(0, me, NIL, KeepaliveCommand(msg.seq))
-            elif isinstance(msg, ch.Handshake):
-                attach = AttachWriterCommand(msg.first_seq - 1, msg.heartbeat_interval)
-                cmd = InternalCommand(0, me, target, attach)
-            else:
-                cmd = InternalCommand(0, me, target, RetransmitFailedCommand(msg.seq))
-            self._out.append((topic, cmd))
+            self._out.append((topic, channel_command(msg, me, target, to_master=True)))
         if any(isinstance(e, ch.ConsumerLost) for e in self._writer.events()):
             self._target = NIL  # the master stopped acknowledging; re-attach on the next sync
             if self.synced:
