@@ -342,6 +342,27 @@ def test_records_round_trip_singly_and_in_batches(recs: list[Record]) -> None:
     assert records_end(stream) == len(stream)
 
 
+@given(record_lists)
+def test_record_fields_read_from_the_headers_agree_with_unpacking(recs: list[Record]) -> None:
+    stream = pack_records(recs)
+    pos = 0
+    for rec in recs:
+        fields = records.record_fields(stream, pos)
+        end = pos + len(pack_record(*rec))
+        if rec.received_at_ns < 0:  # a signed integer: not the layout it reads
+            assert fields is None
+        else:
+            assert fields is not None and sum(fields[-1]) == end
+            topic, payload, sender, received, offset = (stream[p : p + n] for p, n in fields)
+            assert (topic.decode(), payload, sender.decode()) == rec[:3]
+            assert int.from_bytes(received, "big") == rec.received_at_ns
+            assert int.from_bytes(offset, "big") == rec.offset
+            assert records.record_fields(stream[: end - 1], pos) is None  # torn: not whole
+            small = rec.received_at_ns < 128 or rec.offset < 128  # a fixint
+            assert (records.record_fields(stream, pos, fixints=False) is None) == small
+        pos = end
+
+
 def test_record_payload_is_kept_as_given() -> None:
     payload = bytes(range(256))
     (rec,) = unpack_records(pack_record("/zeek/event", payload, "peer-1", 1_700_000_000, 42))

@@ -33,13 +33,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.data.msgpack_records import MAX_RECORD_SIZE
+from broker_spark.data.msgpack_records import (
+    MAX_RECORD_SIZE,
+    bin_header,
+    record_fields,
+    str_header,
+)
 
 __all__ = ["StridedRecords", "field_bytes", "fixed_rows", "mismatched", "strided_records"]
 
 _LITTLE = sys.byteorder == "little"
-#: msgpack's unsigned integer tags, by the width of what follows.
-_UINT_TAGS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 #: ``array`` type codes of unsigned integers by width (those whose itemsize matches here).
 _ARRAY_CODES = {
     size: next(c for c in "BHILQ" if array.array(c).itemsize == size) for size in (1, 2, 4, 8)
@@ -47,23 +50,9 @@ _ARRAY_CODES = {
 _ARROW_UINTS = {1: pa.uint8(), 2: pa.uint16(), 4: pa.uint32(), 8: pa.uint64()}
 
 
-def _text_header(buf: bytes, pos: int) -> tuple[int, int] | None:
-    """A msgpack str header at ``pos``: ``(header size, length)``, or None."""
-    tag = buf[pos]
-    if 0xA0 <= tag <= 0xBF:
-        return 1, tag & 0x1F
-    width = {0xD9: 1, 0xDA: 2, 0xDB: 4}.get(tag)
-    if width is None or pos + 1 + width > len(buf):
-        return None
-    return 1 + width, int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
-
-
-def _bin_header(buf: bytes, pos: int) -> tuple[int, int] | None:
-    """A msgpack bin header at ``pos``: ``(header size, length)``, or None."""
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(buf[pos])
-    if width is None or pos + 1 + width > len(buf):
-        return None
-    return 1 + width, int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+# The record headers are parsed in data/msgpack_records; these names stay for spark/zeek_logs.
+_text_header = str_header
+_bin_header = bin_header
 
 
 @dataclass(frozen=True)
@@ -93,29 +82,11 @@ def _layout(packed: bytes, count: int) -> _Layout | None:
     if count < 1 or total % count:
         return None
     stride = total // count
-    first = packed[:stride]
-    if not first or first[0] != 0x95:
+    # an integer packed in its tag (a fixint) is left to the unpacking path (see above)
+    fields = record_fields(packed[:stride], fixints=False)
+    if fields is None or sum(fields[-1]) != stride:
         return None
-    fields: list[tuple[int, int]] = []
-    at = 1
-    for kind in ("str", "bin", "str", "uint", "uint"):
-        if at >= stride:
-            return None
-        if kind == "uint":
-            size = _UINT_TAGS.get(first[at])
-            if size is None:
-                return None
-            head = 1
-        else:
-            found = (_text_header if kind == "str" else _bin_header)(first, at)
-            if found is None:
-                return None
-            head, size = found
-            if size > MAX_RECORD_SIZE:
-                return None
-        fields.append((at + head, size))
-        at += head + size
-    if at != stride:
+    if any(size > MAX_RECORD_SIZE for _, size in fields[:3]):
         return None
     return _Layout(stride, *fields)
 

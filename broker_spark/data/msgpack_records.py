@@ -30,6 +30,12 @@ and build :class:`Record` straight from the unpacked tuple.
 Decoding never trusts its input: every length is bounded by the input's size
 and by ``max_record_size``, and any malformation raises :class:`DecodeError`
 naming the byte where the bad record starts.
+
+Readers that need a record's fields without unpacking it (the spool, to check
+which offset a range starts at; :mod:`~broker_spark.columnar.strided`, to read a
+stream of records of one layout a column at a time) walk its msgpack headers
+with :func:`record_fields` (and :func:`str_header`, :func:`bin_header`,
+:func:`uint_header`), so the record's layout is parsed here only.
 """
 
 from __future__ import annotations
@@ -198,6 +204,74 @@ def record_unpacker(buf: Any, max_record_size: int = MAX_RECORD_SIZE) -> msgpack
     return unpacker
 
 
+#: The tag of a record: a msgpack fixarray of 5 fields.
+RECORD_ARRAY = 0x95
+_STR_WIDTHS = {0xD9: 1, 0xDA: 2, 0xDB: 4}  # str 8/16/32: the width of the length after the tag
+_BIN_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+#: msgpack's unsigned integer tags, by the width of the big-endian value after the tag.
+UINT_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+
+
+def str_header(buf: Any, pos: int) -> tuple[int, int] | None:
+    """A msgpack str header at ``pos``: ``(header size, length)``, or None."""
+    tag = buf[pos]
+    if 0xA0 <= tag <= 0xBF:
+        return 1, tag & 0x1F
+    width = _STR_WIDTHS.get(tag)
+    if width is None or pos + 1 + width > len(buf):
+        return None
+    return 1 + width, int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+
+
+def bin_header(buf: Any, pos: int) -> tuple[int, int] | None:
+    """A msgpack bin header at ``pos``: ``(header size, length)``, or None."""
+    width = _BIN_WIDTHS.get(buf[pos])
+    if width is None or pos + 1 + width > len(buf):
+        return None
+    return 1 + width, int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+
+
+def uint_header(buf: Any, pos: int) -> tuple[int, int] | None:
+    """A msgpack unsigned integer at ``pos``: ``(header size, width)`` of its big-endian
+    value, ``(0, 1)`` for a positive fixint (the tag is the value); None for another tag."""
+    tag = buf[pos]
+    if tag < 0x80:
+        return 0, 1
+    width = UINT_WIDTHS.get(tag)
+    return None if width is None else (1, width)
+
+
+_FIELD_HEADERS = (str_header, bin_header, str_header, uint_header, uint_header)
+
+
+def record_fields(buf: Any, pos: int = 0, *, fixints: bool = True) -> list[tuple[int, int]] | None:
+    """Where the fields of the record at ``pos`` lie, read from its msgpack headers alone:
+    ``(position, size)`` of each field's bytes in ``buf`` (the integers' big-endian bytes),
+    the record ending where the last ends; None when it is no ``[str, bin, str, uint,
+    uint]`` array lying whole in ``buf`` (``fixints`` False: nor one whose integer is a
+    fixint). It checks no more: :func:`unpack_records` is the judge of a record."""
+    end = len(buf)
+    if pos >= end or buf[pos] != RECORD_ARRAY:
+        return None
+    fields = []
+    at = pos + 1
+    for header in _FIELD_HEADERS:
+        if at >= end:
+            return None
+        found = header(buf, at)
+        if found is None:
+            return None
+        head, size = found
+        if not head and not fixints:
+            return None
+        at += head
+        if at + size > end:
+            return None
+        fields.append((at, size))
+        at += size
+    return fields
+
+
 def is_record(obj: Any) -> bool:
     """Whether an unpacked ``obj`` is a record: 5 fields of the right types, offset >= 0."""
     return type(obj) is tuple and tuple(map(type, obj)) == _FIELD_TYPES and obj[4] >= 0
@@ -235,13 +309,19 @@ __all__ = [
     "EXT_TIMESTAMP",
     "MAX_NESTING",
     "MAX_RECORD_SIZE",
+    "RECORD_ARRAY",
     "Record",
+    "UINT_WIDTHS",
+    "bin_header",
     "is_record",
     "pack_record",
     "pack_records",
     "pack_value",
+    "record_fields",
     "record_unpacker",
     "records_end",
+    "str_header",
+    "uint_header",
     "unpack_records",
     "unpack_value",
 ]

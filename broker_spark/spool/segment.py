@@ -26,7 +26,12 @@ import os
 import struct
 from typing import Any
 
-from broker_spark.data.msgpack_records import MAX_RECORD_SIZE, is_record, record_unpacker
+from broker_spark.data.msgpack_records import (
+    MAX_RECORD_SIZE,
+    is_record,
+    record_fields,
+    record_unpacker,
+)
 from broker_spark.errors import EC, BrokerError
 
 __all__ = ["DataLossError", "Segment", "SpoolCorruptError", "SpoolError", "fsync_dir"]
@@ -107,43 +112,14 @@ def _first_record_is(data: bytes, offset: int) -> bool:
         return False
 
 
-_STR = {0xD9: 1, 0xDA: 2, 0xDB: 4}
-_BIN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
-_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
-
-
 def _first_offset(data: bytes) -> int | None:
     """The offset field of the first record, read from msgpack headers only; None when the
     record is not the plain ``[str, bin, str, uint, uint]`` array."""
-    try:
-        if data[0] != 0x95:
-            return None
-        pos = 1
-        for kinds in (_STR, _BIN, _STR):
-            tag = data[pos]
-            if kinds is _STR and 0xA0 <= tag <= 0xBF:
-                pos += 1 + (tag & 0x1F)
-                continue
-            width = kinds.get(tag)
-            if width is None:
-                return None
-            size = int.from_bytes(data[pos + 1 : pos + 1 + width], "big")
-            pos += 1 + width + size
-        for last in (False, True):
-            tag = data[pos]
-            if tag < 0x80:
-                value, pos = tag, pos + 1
-            else:
-                width = _UINT.get(tag)
-                if width is None:
-                    return None
-                value = int.from_bytes(data[pos + 1 : pos + 1 + width], "big")
-                pos += 1 + width
-            if last:
-                return value
-    except IndexError:
+    fields = record_fields(data)
+    if fields is None:
         return None
-    return None
+    pos, size = fields[4]
+    return int.from_bytes(data[pos : pos + size], "big")
 
 
 class _Scan:
