@@ -48,7 +48,7 @@ from broker_spark.columnar.log_metadata import (
     schema_texts,
 )
 from broker_spark.columnar.record_batches import RecordConversionError, unpack_columns
-from broker_spark.columnar.strided import _bin_header, _text_header
+from broker_spark.data.msgpack_records import record_fields
 from broker_spark.errors import DecodeError
 from broker_spark.zeek.arrow_columns import sql_array
 from broker_spark.zeek.columns import _PAD, Block, DecodedBlock, decode_block
@@ -419,7 +419,8 @@ def record_spans(packed: bytes, count: int | None) -> tuple[list, ...] | None:
     """Where each record's payload lies in a record stream, and its other fields:
     ``(starts, ends, topics, senders, received, offsets)``; None when a record is not
     the plain ``[str, bin, str, uint, uint]`` msgpack array this reads (the unpacking
-    path then decodes, or rejects, the stream)."""
+    path then decodes, or rejects, the stream). The record's framing is read by
+    :func:`~broker_spark.data.msgpack_records.record_fields`, the spool's one reader."""
     starts: list[int] = []
     ends: list[int] = []
     topics: list[str] = []
@@ -430,47 +431,22 @@ def record_spans(packed: bytes, count: int | None) -> tuple[list, ...] | None:
     size = len(packed)
     try:
         while pos < size:
-            if packed[pos] != 0x95:
+            fields = record_fields(packed, pos)
+            if fields is None:
                 return None
-            pos += 1
-            head = _text_header(packed, pos)
-            if head is None:
-                return None
-            pos += head[0]
-            topics.append(packed[pos : pos + head[1]].decode("utf-8"))
-            pos += head[1]
-            head = _bin_header(packed, pos)
-            if head is None:
-                return None
-            pos += head[0]
-            starts.append(pos)
-            pos += head[1]
-            ends.append(pos)
-            head = _text_header(packed, pos)
-            if head is None:
-                return None
-            pos += head[0]
-            senders.append(packed[pos : pos + head[1]].decode("utf-8"))
-            pos += head[1]
-            for column in (received, offsets):
-                tag = packed[pos]
-                if tag < 0x80:
-                    column.append(tag)
-                    pos += 1
-                    continue
-                width = _UINT_WIDTHS.get(tag)
-                if width is None:
-                    return None
-                column.append(int.from_bytes(packed[pos + 1 : pos + 1 + width], "big"))
-                pos += 1 + width
-    except (IndexError, UnicodeDecodeError):
+            (t_at, t_len), (p_at, p_len), (s_at, s_len), (r_at, r_len), (o_at, o_len) = fields
+            topics.append(packed[t_at : t_at + t_len].decode("utf-8"))
+            starts.append(p_at)
+            ends.append(p_at + p_len)
+            senders.append(packed[s_at : s_at + s_len].decode("utf-8"))
+            received.append(int.from_bytes(packed[r_at : r_at + r_len], "big"))
+            offsets.append(int.from_bytes(packed[o_at : o_at + o_len], "big"))
+            pos = o_at + o_len
+    except UnicodeDecodeError:
         return None
     if pos != size or (count is not None and len(starts) != count):
         return None
     return starts, ends, topics, senders, received, offsets
-
-
-_UINT_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 
 
 def _as(arr: pa.Array, kind: pa.DataType) -> pa.Array:

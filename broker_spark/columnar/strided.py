@@ -35,9 +35,7 @@ import pyarrow.compute as pc
 
 from broker_spark.data.msgpack_records import (
     MAX_RECORD_SIZE,
-    bin_header,
     record_fields,
-    str_header,
 )
 
 __all__ = ["StridedRecords", "field_bytes", "fixed_rows", "mismatched", "strided_records"]
@@ -48,11 +46,6 @@ _ARRAY_CODES = {
     size: next(c for c in "BHILQ" if array.array(c).itemsize == size) for size in (1, 2, 4, 8)
 }
 _ARROW_UINTS = {1: pa.uint8(), 2: pa.uint16(), 4: pa.uint32(), 8: pa.uint64()}
-
-
-# The record headers are parsed in data/msgpack_records; these names stay for spark/zeek_logs.
-_text_header = str_header
-_bin_header = bin_header
 
 
 @dataclass(frozen=True)
