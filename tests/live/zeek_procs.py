@@ -177,11 +177,12 @@ class ZeekProcess:
 
 
 def read_json_logs(folder: Path) -> dict[str, list[str]]:
-    """The lines of each ``*.log`` Zeek wrote into ``folder`` as JSON, by log path."""
+    """The lines of each ``*.log`` Zeek wrote into ``folder`` as JSON, by log path (a
+    cluster's logger rotates its files as it ends: ``conn.2026-11-27-22-33-17.log``)."""
     out: dict[str, list[str]] = {}
     for file in sorted(folder.glob("*.log")):
         lines = [line for line in file.read_text().splitlines() if line and line[0] != "#"]
-        out[file.stem] = lines
+        out.setdefault(file.name.split(".", 1)[0], []).extend(lines)
     return out
 
 
