@@ -445,6 +445,24 @@ class Endpoint:
 
     # -- lifetime ------------------------------------------------------------------------------
 
+    def stop_taking(self) -> None:
+        """Take nothing more from the network, keep everything else (an extension, for a
+        relay's planned stop): stop listening for peers and end every peering without
+        redials, stop the WebSocket bridges and servers and leave ZeroMQ clusters. What
+        subscribers already hold is theirs to take; :meth:`shutdown` follows."""
+        tcp = self._tcp(create=False)
+        if tcp is not None:
+            self._loop.run_sync(tcp.close)
+        from broker_spark.websocket.manager import manager_for
+        from broker_spark.zeromq.cluster import leave
+
+        manager = manager_for(self)
+        for url in list(manager.peers):
+            manager.unpeer(url)
+        for server in list(manager.servers.values()):
+            self._loop.run_sync(server.abort)
+        leave(self)
+
     def shutdown(self) -> None:
         """Close everything, wake blocked callers and join the loop thread (idempotent)."""
         self._finalizer()

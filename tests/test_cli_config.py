@@ -76,7 +76,9 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("[log]\nlevel = 'loud'\n", "[log] level must be one of"),
         ("[endpoint\n", "invalid TOML"),
         ("[spool]\ndirs = 'x'\n", "unknown key 'dirs' in [spool] (did you mean 'dir'?)"),
-        ("[spool]\nretention_bytes = 0\n", "[spool] retention_bytes must be positive"),
+        ("[spool]\nretention_bytes = -1\n", "[spool] retention_bytes must be positive"),
+        ("[spool]\nfsync = 'sometimes'\n", "[spool] fsync must be one of never, interval"),
+        ("[spool]\nmin_free_bytes = -1\n", "[spool] min_free_bytes must be zero"),
         ("[spool]\nrelay = 'here'\n", "[spool] relay: 'here' is not HOST:PORT"),
     ],
 )

@@ -26,6 +26,7 @@ from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
 import broker_spark as broker
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.zeek.log_lines import LogLines
+from broker_spark.zeek.undecodable import UNDECODABLE_TOPIC, unpack_undecodable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -184,18 +185,24 @@ def test_hostile_zeromq_senders_cost_only_themselves(spawn, tmp_path) -> None:
     payloads = [p for _t, p, _s in got]
     wanted = [m[3] for m in good] + [last]
     assert [p for p in payloads if p in wanted] == wanted  # every good batch, in order
-    # kept besides them: only what has a good head (its records are refused where they are
-    # decoded, on the executors), here the truncated batch
-    assert [p for p in payloads if p not in wanted] == [bad[8][3]]
-    refused = by_kind(status(said["relay"]))["zeromq-logs"]["refused"]
-    # the frames and serializers are refused on receipt; a batch whose head does not parse
-    # is refused when taken; one with a good head and bad records is kept (the records are
-    # found, and refused, where they are decoded)
-    assert refused["undecodable"] >= 8, refused
+    # nothing is dropped at the door: what does not decode is kept as an undecodable record
+    # (its frames, in the order it came), and a batch with a good head but bad records is
+    # kept as a batch (its records are refused where they are decoded, on the executors)
+    # (ZeroMQ reads some of the random bytes on raw connections as old-style messages: they
+    # are kept too)
+    kept = [list(unpack_undecodable(p).frames) for t, p, _s in got if t == UNDECODABLE_TOPIC]
+    refused = [b for i, b in enumerate(bad) if i != 8]
+    assert [k for k in kept if k in refused] == refused
+    others = [p for t, p, _s in got if t != UNDECODABLE_TOPIC and p not in wanted]
+    assert others == [bad[8][3]]
+    source = by_kind(status(said["relay"]))["zeromq-logs"]
+    assert source["undecodable"] == len(kept) >= len(refused), source
+    text = urllib.request.urlopen(f"http://{said['metrics']}/metrics", timeout=10).read().decode()
+    assert f'broker_spark_source_undecodable_total{{source="zeromq-logs"}} {len(kept)}.0' in text
     assert node.proc.poll() is None
     assert _rss_kib(pid) - rss_before < 200 * 1024  # the 20 MB batch came and went
     # each is counted; the log says so (at most once a second, so a flood cannot fill it)
-    assert "dropped a message from" in node.stderr()
+    assert "does not decode" in node.stderr() and "kept as an undecodable record" in node.stderr()
     assert by_kind(status(said["relay"]))["zeromq-logs"]["refused"]["connection"] >= 3
     # garbage on the Broker port: that connection is refused and counted, the node runs on
     _raw_tcp(said["listen"], b"\x00\x00\x00\x05hello").close()

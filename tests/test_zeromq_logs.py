@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from zeek_recordings import ZMQ_LOGS, zmq_local_lines, zmq_messages
 
 from broker_spark.data.binary import decode
-from broker_spark.errors import DecodeError
+from broker_spark.errors import DecodeError, ShutdownError
 from broker_spark.zeek import LogField, LogSchema
 from broker_spark.zeek.log_batch import (
     BatchTranslator,
@@ -31,6 +31,14 @@ from broker_spark.zeek.log_batch import (
 )
 from broker_spark.zeek.log_lines import LogLines
 from broker_spark.zeek.logs import Batch, LogWrite, as_message
+from broker_spark.zeek.undecodable import (
+    MAGIC,
+    UNDECODABLE_TOPIC,
+    decode_again,
+    is_undecodable,
+    pack_undecodable,
+    unpack_undecodable,
+)
 from broker_spark.zeromq.curve import CurveConfigError, CurveKeys, generate_keypair
 from broker_spark.zeromq.log_receiver import ZeroMQLogReceiver
 
@@ -248,7 +256,10 @@ def _take_all(receiver: ZeroMQLogReceiver, count: int, timeout: float = 10) -> l
     return got
 
 
-def test_the_pull_socket_receives_what_zeek_pushed_and_drops_bad_messages(caplog) -> None:
+def test_the_pull_socket_receives_what_zeek_pushed_and_keeps_bad_messages(caplog) -> None:
+    """Nothing is dropped at the door: a message that does not decode (one frame, another
+    serializer, a batch whose header is cut) is handed on as an undecodable record, with
+    its frames, its source and why, in the order it arrived."""
     messages = zmq_messages(ZMQ_LOGS)
     with ZeroMQLogReceiver("tcp://127.0.0.1:0") as receiver:
         ctx, push = _push(receiver.endpoint)
@@ -259,22 +270,89 @@ def test_the_pull_socket_receives_what_zeek_pushed_and_drops_bad_messages(caplog
                 push.send_multipart(frames)
             push.send_multipart([b"log-write", b"n", b"zeek-bin-serializer", b"\x00\x00"])
             with caplog.at_level(logging.WARNING):
-                got = _take_all(receiver, 63)
-                wait = time.monotonic() + 5
-                while receiver.rejected < 3 and time.monotonic() < wait:
-                    receiver.take(10, 0.1)
+                got = _take_all(receiver, len(messages) + 3)
         finally:
             push.close(0)
             ctx.term()
-        assert receiver.received == 64 and receiver.rejected == 3
-        assert "dropped a message from ?: 1 frames" in caplog.text
-    assert [p for _t, p, _s in got] == [m[3] for m in messages]  # as they arrived
-    topics = {t for t, _p, _s in got}
+        assert receiver.received == len(messages) + 3 and receiver.rejected == 3
+        assert "does not decode (1 frames, a log message has 4); kept" in caplog.text
+    kept = [unpack_undecodable(p) for t, p, _s in got if t == UNDECODABLE_TOPIC]
+    assert [k.frames for k in kept] == [
+        (b"junk",),
+        (b"log-write", b"n", b"broker-json-v1", b"{}"),
+        (b"log-write", b"n", b"zeek-bin-serializer", b"\x00\x00"),
+    ]
+    assert {k.source for k in kept} == {"zeromq-logs"}
+    assert "serializer b'broker-json-v1'" in kept[1].reason
+    assert all(decode_again(k) is None for k in kept)  # still undecodable today
+    good = [(t, p, s) for t, p, s in got if t != UNDECODABLE_TOPIC]
+    assert [p for _t, p, _s in good] == [m[3] for m in messages]  # as they arrived
+    topics = {t for t, _p, _s in good}
     assert "zeek/logs/Conn::LOG" in topics and all(t.startswith("zeek/logs/") for t in topics)
-    assert {s for _t, _p, s in got} == {messages[0][1].decode()}
-    by_path = _lines_by_path(LogLines().lines([(p, s) for _t, p, s in got]))
+    assert {s for _t, _p, s in good} == {messages[0][1].decode()}
+    by_path = _lines_by_path(LogLines().lines([(p, s) for _t, p, s in good]))
     for path in PATHS:
         assert by_path[path] == zmq_local_lines(ZMQ_LOGS, path)
+
+
+def test_a_kept_batch_decodes_again_where_its_serializer_is_known() -> None:
+    """A newer Zeek's serializer name is kept with the batch, so a broker-spark that knows
+    it reads the batch from the spool as the record a relay makes of a batch today."""
+    frames = zmq_messages(ZMQ_LOGS)[0]
+    renamed = [frames[0], frames[1], b"zeek-bin-serializer-v2", frames[3]]
+    kept = unpack_undecodable(pack_undecodable("zeromq-logs", "another serializer", renamed))
+    assert decode_again(kept) is None
+    topic, batch = decode_again(kept, (b"zeek-bin-serializer-v2",)) or ("", b"")
+    assert batch == frames[3] and topic == "zeek/logs/" + read_header(frames[3]).stream
+    assert not is_undecodable(frames[3]) and is_undecodable(pack_undecodable("x", "y", []))
+    with pytest.raises(DecodeError):
+        unpack_undecodable(MAGIC + b"\xc1")
+
+
+def test_a_finished_receiver_hands_over_what_it_read_and_then_ends() -> None:
+    """A planned stop: after ``finish`` nothing more is taken from the network, and
+    everything read is still handed out. Zeek's PUSH (not ``immediate``, as Zeek's
+    default) then sends its batches round robin: the other logger's share to it, the
+    stopped one's kept in the sender's queue until it is back."""
+    messages = zmq_messages(ZMQ_LOGS)
+    receiver = ZeroMQLogReceiver("tcp://127.0.0.1:0")
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    other = ctx.socket(zmq.PULL)
+    try:
+        other_at = other.bind_to_random_port("tcp://127.0.0.1")
+        push.connect(receiver.endpoint)
+        deadline = time.monotonic() + 10
+        while receiver.received == 0 and time.monotonic() < deadline:
+            push.send_multipart(messages[0])
+            time.sleep(0.05)
+        for frames in messages:
+            push.send_multipart(frames)
+        time.sleep(0.3)
+        receiver.finish()
+        read = receiver.received
+        got = []
+        with pytest.raises(ShutdownError):
+            while True:
+                got.extend(receiver.take(1000, 1.0))
+        assert len(got) == read > len(messages)
+        push.connect(f"tcp://127.0.0.1:{other_at}")
+        time.sleep(0.3)
+        for frames in messages:  # the sender keeps what it routes to the stopped one
+            push.send_multipart(frames, zmq.NOBLOCK)
+        taken = 0
+        while other.poll(1000):
+            other.recv_multipart()
+            taken += 1
+        assert 0 < taken < len(messages) and receiver.received == read
+        with ZeroMQLogReceiver(receiver.endpoint) as again:  # started again: it gets them
+            rest = _take_all(again, len(messages) - taken)
+        assert taken + len(rest) == len(messages)
+    finally:
+        push.close(0)
+        other.close(0)
+        ctx.term()
+        receiver.close()
 
 
 def test_take_stamped_and_close() -> None:

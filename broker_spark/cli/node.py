@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from broker_spark.addresses import format_host_port
@@ -65,6 +66,13 @@ def _size(text: str) -> int:
         return size_value(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size_or_none(text: str) -> int:
+    """A size, or ``none``/``0`` for no limit (0)."""
+    if text.strip().lower() in ("none", "0"):
+        return 0
+    return _size(text)
 
 
 def register(sub: Any) -> None:
@@ -162,9 +170,10 @@ def register(sub: Any) -> None:
     )
     spool.add_argument(
         "--spool-retention",
-        type=_size,
+        type=_size_or_none,
         metavar="SIZE",
-        help="drop the oldest records beyond this size (default 1g)",
+        help="drop the oldest records beyond this size too (default none: by age, with "
+        "--spool-min-free)",
     )
     spool.add_argument(
         "--spool-segment",
@@ -176,7 +185,21 @@ def register(sub: Any) -> None:
         "--spool-max-age",
         type=positive_float,
         metavar="SECONDS",
-        help="drop records older than this (default 7 days)",
+        help="drop records older than this (default 86400: a day)",
+    )
+    spool.add_argument(
+        "--spool-min-free",
+        type=_size_or_none,
+        metavar="SIZE",
+        help="take nothing while the spool's disk has less free (default 1g, or 5%% of the "
+        "file system if less; none: no guard); Zeek keeps what it sends meanwhile",
+    )
+    spool.add_argument(
+        "--spool-fsync",
+        choices=("never", "interval", "always"),
+        help="when appends reach the disk: never (the kernel decides), interval (each "
+        "second; the default) or always (each append); docs/relay.md says what a power "
+        "cut loses with each",
     )
     spool.add_argument(
         "--metrics",
@@ -228,6 +251,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("spool_retention", "spool_retention_bytes"),
         ("spool_max_age", "spool_retention_seconds"),
         ("spool_segment", "spool_segment_bytes"),
+        ("spool_min_free", "spool_min_free_bytes"),
+        ("spool_fsync", "spool_fsync"),
         ("zeromq_logs", "zeromq_logs"),
         ("zeromq_proxy", "zeromq_proxy"),
         ("websocket_peer", "websocket_peers"),
@@ -249,6 +274,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
             setattr(s, name, secret_text(value, "--" + flag.replace("_", "-")))
         elif not getattr(s, name) and os.environ.get(env):
             setattr(s, name, os.environ[env])
+    if s.spool_retention_bytes == 0:
+        s.spool_retention_bytes = None  # --spool-retention none
     if args.allow_anonymous:
         s.allow_anonymous = True
     if args.reader:  # flags replace the file's table as a whole
@@ -304,6 +331,7 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
     logger = None
     sink = None
     metrics = None
+    planned = False
     try:
         errors = endpoint.make_status_subscriber()
         _say(f"node {endpoint.node_id()}")
@@ -365,8 +393,11 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
         _say("ready")
         while not stop.wait(0.5):
             pass
-        log.info("shutting down")
+        log.info("stopping: taking nothing more, keeping what was read")
+        planned = True
     finally:
+        if planned:
+            _planned_stop(endpoint, sources, relay)
         if metrics is not None:
             metrics.close()
         if logger is not None:
@@ -375,8 +406,43 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
         if sink is not None:
             sink.stop()
         if relay is not None:
-            relay.stop()
+            relay.stop(READER_GRACE if planned else 0.0)
         endpoint.shutdown()
+
+
+#: Seconds a planned stop gives the sources to hand over and the spool to take what they
+#: hold, and readers to finish their current fetch: within STOP_BOUND in all.
+DRAIN_TIMEOUT = 20.0
+READER_GRACE = 5.0
+#: What a planned stop takes at most, as docs/relay.md states it (the rest: closing).
+STOP_BOUND = DRAIN_TIMEOUT + READER_GRACE + 5.0
+
+
+def _planned_stop(endpoint: Any, sources: Any, relay: Any) -> None:
+    """SIGTERM or SIGINT: every source stops taking from the network (the ZeroMQ PULL
+    unbinds, so Zeek's PUSH routes to the other loggers; peerings, WebSocket bridges and the
+    proxy end), what was read is appended and the spool synced; then readers get their
+    grace (:func:`serve` goes on). Logs what was read and kept."""
+    started = time.monotonic()
+    sources.stop_joining()
+    try:
+        endpoint.stop_taking()
+    except Exception as exc:  # never in the way of keeping what was read
+        log.warning("stopping the endpoint's peerings: %s", exc)
+    if relay is None:
+        return
+    receiver = sources.receiver
+    kept = relay.finish(DRAIN_TIMEOUT)
+    read = receiver.received if receiver is not None else None
+    log.info(
+        "stopped taking in %.2f s: %s; spool ends at offset %d%s",
+        time.monotonic() - started,
+        "everything read is appended and synced"
+        if kept
+        else f"could not append everything read within {DRAIN_TIMEOUT:g} s",
+        relay.service.spool.end_offset(),
+        f" ({read} ZeroMQ log messages read since start)" if read is not None else "",
+    )
 
 
 def _log_sink(endpoint: Any, settings: NodeSettings, source: Any) -> Any:
@@ -432,6 +498,8 @@ def _relay_node(settings: NodeSettings) -> Any:
             settings.spool_retention_seconds,
             dict(settings.spool_readers),
             settings.spool_segment_bytes,
+            settings.spool_min_free_bytes,
+            settings.spool_fsync,
         )
     )
 

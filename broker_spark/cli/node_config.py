@@ -41,8 +41,12 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     dir = "spool"                 # the spool's folder
     topics = ["zeek/logs/"]       # what it keeps
     relay = "127.0.0.1:9998"      # where readers connect (TLS as [tls]); false: nobody
-    retention_bytes = 1073741824  # drop the oldest beyond this size
-    retention_seconds = 604800    # or beyond this age
+    retention_seconds = 86400     # drop records beyond this age (default: a day)
+    retention_bytes = 0           # or beyond this size (0, the default: no size limit)
+    min_free_bytes = 1073741824   # take nothing while the disk has less free (default
+                                  # 1 GiB, or 5% of the file system if less; 0: off)
+    fsync = "interval"            # when appends reach the disk: never, interval (each
+                                  # second, the default) or always (each append)
     segment_bytes = 67108864      # a file's size: retention drops whole files (as Kafka)
 
     [spool.readers]               # limit readers (by their certificate's name) to topics
@@ -98,6 +102,13 @@ BACKENDS = ("memory", "sqlite")
 #: Default address to accept peers on (Broker's customary port, loopback only).
 DEFAULT_LISTEN: HostPort = ("127.0.0.1", 9999)
 
+#: How long a relay keeps records by default: a day of a site's logs (docs/relay.md says
+#: the disk that takes at a given rate).
+DEFAULT_RETENTION_SECONDS = 24 * 3600.0
+#: When a relay's appends reach the disk by default (see spool.Spool): each second.
+DEFAULT_FSYNC = "interval"
+FSYNC_POLICIES = ("never", "interval", "always")
+
 #: Default address of a spool's relay (readers replay from it).
 DEFAULT_RELAY: HostPort = ("127.0.0.1", 9998)
 
@@ -135,9 +146,11 @@ class NodeSettings:
     spool_dir: str | None = None  # keep what arrives on spool_topics here, for readers
     spool_topics: list[str] = field(default_factory=list)
     relay: HostPort | None = DEFAULT_RELAY  # where the spool is served (with spool_dir)
-    spool_retention_bytes: int | None = 1 << 30
-    spool_retention_seconds: float | None = 7 * 24 * 3600.0
+    spool_retention_bytes: int | None = None  # None: no size limit (the disk guard instead)
+    spool_retention_seconds: float | None = DEFAULT_RETENTION_SECONDS
     spool_segment_bytes: int | None = None  # None: the spool's default (64 MiB)
+    spool_min_free_bytes: int | None = None  # None: the guard's default; 0: no guard
+    spool_fsync: str = DEFAULT_FSYNC  # never, interval, always
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
     zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
@@ -323,7 +336,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
 def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
     known = [
         "dir", "topics", "relay", "retention_bytes", "retention_seconds", "segment_bytes",
-        "readers",
+        "readers", "min_free_bytes", "fsync",
     ]  # fmt: skip
     spool = r.keys("[spool]", doc.get("spool", {}), known)
     if "dir" in spool:
@@ -343,9 +356,24 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
     for key in ("retention_bytes", "retention_seconds", "segment_bytes"):
         if key in spool:
             value = r.typed("[spool]", key, spool[key], (int, float))
+            if key == "retention_bytes" and value == 0:
+                s.spool_retention_bytes = None  # no size limit
+                continue
             if value <= 0:
                 raise r.fail(f"[spool] {key} must be positive")
             setattr(s, f"spool_{key}", float(value) if key == "retention_seconds" else int(value))
+    if "min_free_bytes" in spool:
+        value = r.typed("[spool]", "min_free_bytes", spool["min_free_bytes"], int)
+        if value < 0:
+            raise r.fail("[spool] min_free_bytes must be zero (no guard) or more")
+        s.spool_min_free_bytes = value
+    if "fsync" in spool:
+        policy = r.typed("[spool]", "fsync", spool["fsync"], str)
+        if policy not in FSYNC_POLICIES:
+            raise r.fail(
+                f"[spool] fsync must be one of {', '.join(FSYNC_POLICIES)}, got {policy!r}"
+            )
+        s.spool_fsync = policy
 
 
 #: The CURVE keys of ``[zeromq]``, named as Zeek's ``Cluster::Backend::ZeroMQ`` options.

@@ -139,10 +139,8 @@ class NodeSources:
                     "endpoint": receiver.endpoint,
                     "curve": receiver.curve,
                     "batches_received": receiver.received,
-                    "refused": {
-                        "undecodable": receiver.rejected,
-                        "connection": receiver.refused,
-                    },
+                    "queued": receiver.queued,
+                    "refused": {"connection": receiver.refused},
                 },
             )
         log.info(
@@ -220,9 +218,13 @@ class NodeSources:
                     log.info("joined the Zeek cluster through its proxy at %s and %s", xsub, xpub)
             self._stop.wait(JOIN_RETRY)
 
-    def stop(self) -> None:
+    def stop_joining(self) -> None:
+        """Join the proxy no more (a planned stop; the endpoint leaves it)."""
         self._stop.set()
         if self._joiner is not None:
             self._joiner.join(15.0)
+
+    def stop(self) -> None:
+        self.stop_joining()
         if self.receiver is not None:
             self.receiver.close()

@@ -51,6 +51,10 @@ class SpoolSettings:
     readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the size of one spool file (retention drops whole files); None: the spool's default
     segment_bytes: int | None = None
+    #: free bytes under which nothing more is taken (None: the guard's default; 0: off)
+    min_free_bytes: int | None = None
+    #: when appends reach the disk: never, interval, always
+    fsync: str = "interval"
 
 
 class RelayNode:
@@ -73,6 +77,7 @@ class RelayNode:
                 settings.directory,
                 retention_bytes=settings.retention_bytes,
                 retention_ms=retention_ms,
+                fsync=settings.fsync,
                 **segment,
             )
         except SpoolLockedError:
@@ -83,7 +88,10 @@ class RelayNode:
         except OSError as exc:
             raise CliError(f"cannot open spool {settings.directory}: {exc}") from None
         self.service = SpoolService(
-            spool, settings.topics, history=LogSchemaHistory(settings.directory)
+            spool,
+            settings.topics,
+            history=LogSchemaHistory(settings.directory),
+            min_free_bytes=settings.min_free_bytes,
         )
         self.server: Any = None
 
@@ -136,8 +144,15 @@ class RelayNode:
         self.watch(self.server.admission)
         return bound
 
-    def stop(self) -> None:
+    def finish(self, timeout: float) -> bool:
+        """A planned stop, after the node's sources stopped taking: append what they hold
+        and sync the spool (see SpoolService.finish); True when nothing was left."""
+        return self.service.finish(timeout)
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop serving (readers get up to ``grace`` seconds to finish their current fetch)
+        and close the spool."""
         if self.server is not None:
-            self.server.close()
+            self.server.close(grace)
         self.service.close()
         self.service.spool.close()

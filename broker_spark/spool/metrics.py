@@ -71,12 +71,19 @@ class StatusCollector(Collector):
             "What a source turned away, by reason",
             labels=["source", "reason"],
         )
+        undecodable = CounterMetricFamily(
+            "broker_spark_source_undecodable",
+            "Messages of a source that did not decode, kept in the spool as undecodable records",
+            labels=["source"],
+        )
         for source in status.get("sources") or []:
             kind = str(source.get("kind"))
             messages.add_metric([kind], float(source.get("arrived") or 0))
+            undecodable.add_metric([kind], float(source.get("undecodable") or 0))
             for reason, n in (source.get("refused") or {}).items():
                 refused.add_metric([kind, str(reason)], float(n))
         yield messages
+        yield undecodable
         yield refused
         start, end = int(status.get("start") or 0), int(status.get("end") or 0)
         for name, text, value in (
@@ -90,8 +97,33 @@ class StatusCollector(Collector):
             ),
             (
                 "broker_spark_spool_failed",
-                "1 when appending to the spool stopped (a full disk)",
+                "1 when appending to the spool stopped for good (an error other than a full disk)",
                 1 if status.get("error") else 0,
+            ),
+            (
+                "broker_spark_spool_paused",
+                "1 while the spool takes nothing for want of disk space (Zeek keeps what it sends)",
+                1 if status.get("paused") else 0,
+            ),
+            (
+                "broker_spark_spool_disk_free_bytes",
+                "Bytes free on the spool's file system",
+                status.get("disk_free_bytes"),
+            ),
+            (
+                "broker_spark_spool_disk_min_free_bytes",
+                "Free bytes under which the spool takes nothing more",
+                status.get("disk_min_free_bytes"),
+            ),
+            (
+                "broker_spark_spool_retention_seconds",
+                "The age beyond which records are dropped (absent: no age limit)",
+                status.get("retention_seconds"),
+            ),
+            (
+                "broker_spark_spool_retention_bytes",
+                "The size beyond which the oldest records are dropped (absent: no size limit)",
+                status.get("retention_bytes"),
             ),
             ("broker_spark_peers", "The node's Broker peers", len(status.get("peers") or [])),
         ):

@@ -17,10 +17,18 @@ The subscription's queue is bounded and blocks the core when full, so a spool
 that cannot keep up slows the peers down instead of losing messages. If
 appending fails (a full disk), the pump stops and keeps the exception; the
 reader raises it at its next call, failing the query with the cause.
+
+A planned stop (:meth:`SpoolPump.finish`) loses nothing the source handed
+over: the source stops taking from the network (a source with ``finish``
+does that itself; the owner of an endpoint closes its peerings first), the
+pump appends whatever the source still holds until it is empty, and syncs
+the spool. :meth:`SpoolPump.stop` is the quick way out, for what is being
+thrown away anyway.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -28,7 +36,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from broker_spark.errors import ShutdownError
-from broker_spark.spool.spool import Spool
+from broker_spark.spool.disk_guard import DiskGuard
+from broker_spark.spool.spool import Spool, SpoolError
 
 __all__ = ["SpoolPump", "SpoolSource"]
 
@@ -39,6 +48,14 @@ DEFAULT_BATCH = 8192
 
 #: Seconds the pump waits for a message before looking at its stop flag again.
 _IDLE_WAIT = 0.25
+#: Seconds without a message after which a finishing pump's source counts as empty.
+_DRAINED_WAIT = 0.2
+#: Seconds between attempts to append a batch that found the disk full.
+_FULL_RETRY = 0.5
+#: Bytes a spool record takes beyond its payload, about (topic, sender, time, offset).
+_RECORD_OVERHEAD = 96
+#: What a write that found no room fails with.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class SpoolSource(Protocol):
@@ -52,6 +69,14 @@ class SpoolSource(Protocol):
     ) -> list[tuple[str, bytes, str, int]]: ...
 
     def close(self) -> None: ...
+
+
+def _finish_source(source: SpoolSource, timeout: float) -> None:
+    """Tell a source that can stop taking from the network on its own (the ZeroMQ logger)
+    to; a subscription's owner does that by closing its endpoint's peerings."""
+    finish = getattr(source, "finish", None)
+    if finish is not None:
+        finish(timeout)
 
 
 class SpoolPump:
@@ -68,6 +93,7 @@ class SpoolPump:
         name: str = "broker-spark-spool-pump",
         observe: Callable[[int, list], None] | None = None,
         lock: threading.Lock | None = None,
+        guard: DiskGuard | None = None,
     ) -> None:
         self._subscription = subscription
         self._spool = spool
@@ -78,7 +104,11 @@ class SpoolPump:
         #: Held around each append and its ``observe`` where several pumps fill one spool,
         #: so what observes them sees the offsets in order.
         self._lock = lock
+        #: the spool's free-disk guard: nothing is taken while it holds, and an append that
+        #: fails for want of space is kept and retried (see disk_guard)
+        self._guard = guard
         self._stop = threading.Event()
+        self._finishing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._appended = 0
         self._appended_cond = threading.Condition()
@@ -99,20 +129,28 @@ class SpoolPump:
         next_retention = time.monotonic() + self._retention_interval
         try:
             while not self._stop.is_set():
+                finishing = self._finishing.is_set()
+                if not finishing and self._guard is not None and self._guard.blocked():
+                    self._stop.wait(_IDLE_WAIT)  # nothing taken: the backlog stays upstream
+                    if time.monotonic() >= next_retention:
+                        self._spool.enforce_retention(clock() // 1_000_000)
+                        next_retention = time.monotonic() + self._retention_interval
+                    continue
                 try:
-                    items = take(self._batch, _IDLE_WAIT, clock)
+                    items = take(self._batch, _DRAINED_WAIT if finishing else _IDLE_WAIT, clock)
                 except ShutdownError:
                     break
+                if not items and finishing:
+                    break  # the source is empty: everything it handed over is appended
                 if items:
-                    if self._lock is None:
-                        self._append(append, items)
-                    else:
-                        with self._lock:
-                            self._append(append, items)
+                    self._append_kept(append, items)
                     with self._appended_cond:
                         self._appended += len(items)
                         self._appended_cond.notify_all()
+                if not items:
+                    self._spool.sync_if_due()
                 if time.monotonic() >= next_retention:
+                    self._spool.sync_if_due()
                     self._spool.enforce_retention(clock() // 1_000_000)
                     next_retention = time.monotonic() + self._retention_interval
         except BaseException as exc:  # kept for the reader to raise
@@ -122,6 +160,38 @@ class SpoolPump:
         finally:
             with self._appended_cond:
                 self._appended_cond.notify_all()
+
+    def _append_kept(self, append: Callable[[list], int], items: list) -> None:
+        """Append ``items``; when the disk is full, keep them and try again until there is
+        room (or the pump is stopped), so what was taken is never dropped here."""
+        while True:
+            before = self._spool.end_offset()
+            try:
+                if self._lock is None:
+                    self._append(append, items)
+                else:
+                    with self._lock:
+                        self._append(append, items)
+            except (SpoolError, OSError) as exc:
+                if self._guard is None or getattr(exc, "errno", None) not in _NO_SPACE:
+                    raise
+                done = self._spool.end_offset() - before  # a batch that spanned a new segment
+                if done > 0:
+                    if self._observe is not None:
+                        self._observe(before, items[:done])
+                    items = items[done:]
+                self._guard.set_full(str(exc))
+                if self._stop.wait(_FULL_RETRY):
+                    raise
+                self._spool.enforce_retention(self._clock_ns() // 1_000_000)
+                continue
+            if self._guard is not None:
+                self._guard.wrote(
+                    sum(len(item[1]) for item in items) + _RECORD_OVERHEAD * len(items)
+                )
+                if self._guard.full is not None:
+                    self._guard.set_full(None)
+            return
 
     def _append(self, append: Callable[[list], int], items: list) -> None:
         last = append(items)
@@ -138,6 +208,21 @@ class SpoolPump:
                     return self._appended >= count
                 self._appended_cond.wait(remaining)
         return True
+
+    def finish(self, timeout: float = 30.0) -> bool:
+        """A planned stop: the source stops taking from the network, what it holds is
+        appended, the spool synced; True when all of that happened within ``timeout``
+        seconds (else the pump is stopped as :meth:`stop` does, and what is left is lost)."""
+        deadline = time.monotonic() + timeout
+        _finish_source(self._subscription, min(5.0, timeout))
+        self._finishing.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        done = not self._thread.is_alive()
+        if done and self.error is None:
+            self._spool.sync()
+        self.stop()
+        return done and self.error is None
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop taking messages and wait for the thread (idempotent)."""

@@ -153,22 +153,39 @@ class RelayServer:
 
         return self._loop.run_sync(snapshot)
 
-    def close(self) -> None:
-        """Stop listening, close every connection, stop the loop (idempotent)."""
+    def close(self, grace: float = 0.0) -> None:
+        """Stop listening, let readers finish their current fetch for up to ``grace`` seconds
+        (a task's range sent, a follower caught up with the spool's end), then close every
+        connection and stop the loop (idempotent)."""
         if not self._loop.running:
             return
 
         async def stop() -> None:
             for server in self._servers:
                 server.close()
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(map(self._fetching, self._readers.values())):
+                await asyncio.sleep(0.05)
             for task in list(self._tasks):
                 task.cancel()
             if self._tasks:
                 await asyncio.wait(self._tasks, timeout=1.0)
 
         with contextlib.suppress(Exception):
-            self._loop.run_coro(stop(), timeout=3.0)
+            self._loop.run_coro(stop(), timeout=3.0 + grace)
         self._loop.stop()
+
+    def _fetching(self, reader: _Reader) -> bool:
+        """Whether a reader is in the middle of a fetch: records of its range still to send."""
+        session = reader.session
+        if not session.following:
+            return False
+        try:
+            end = self.service.spool.end_offset()
+        except SpoolError:
+            return False
+        stop = end if session.until is None else min(end, session.until)
+        return session.next < stop
 
     # --- one connection -------------------------------------------------------------------
 

@@ -348,7 +348,9 @@ class Segment:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, self.size)
                 os.ftruncate(self.index_fd, len(self.offsets) * _ENTRY_SIZE)
-            raise SpoolError(f"cannot write {self.log_path}: {exc}", EC.CannotWriteFile) from None
+            err = SpoolError(f"cannot write {self.log_path}: {exc}", EC.CannotWriteFile)
+            err.errno = exc.errno  # a full disk (ENOSPC) is waited out by the pump
+            raise err from None
         self.offsets += entries[::2]
         self.positions += entries[1::2]
         self.size += len(data)

@@ -27,10 +27,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from broker_spark.spool.disk_guard import DiskGuard
 from broker_spark.spool.pump import SpoolPump, SpoolSource
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.sources import SourceCounts
 from broker_spark.spool.spool import Spool, SpoolError
+from broker_spark.zeek.undecodable import UNDECODABLE_TOPIC
 
 __all__ = ["RELAY_ID_FILE", "SpoolService", "learn_sizes", "spool_id", "spool_summary"]
 
@@ -114,8 +116,11 @@ class SpoolService:
         *,
         history: LogSchemaHistory | None = None,
         queue_size: int = QUEUE_SIZE,
+        min_free_bytes: int | None = None,
     ) -> None:
         self.spool = spool
+        #: holds every pump while the spool's file system is short of space (disk_guard)
+        self.guard = DiskGuard(spool.path, min_free_bytes)
         self.topics = tuple(topics)
         self.history = history
         if history is not None:
@@ -157,9 +162,25 @@ class SpoolService:
                 observe=lambda first, items, kind=kind: self._observed(first, items, kind),
                 lock=shared,
                 name=f"broker-spark-spool-pump-{kind or 'endpoint'}",
+                guard=self.guard,
             )
             self.pumps.append(pump)
             pump.start()
+
+    def finish(self, timeout: float = 30.0) -> bool:
+        """A planned stop: every source stops taking, what each holds is appended and the
+        spool synced (the owner closes its endpoint's peerings first); True when nothing
+        was left behind within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        done = True
+        for pump in self.pumps:
+            done = pump.finish(max(0.5, deadline - time.monotonic())) and done
+        return done
+
+    @property
+    def appended(self) -> int:
+        """Messages the pumps appended since start."""
+        return sum(p.appended for p in self.pumps)
 
     def close(self) -> None:
         """Stop the pumps and drop the sources (the endpoint is its owner's to shut)."""
@@ -188,6 +209,9 @@ class SpoolService:
 
     def _observed(self, first: int, items: list, kind: str | None) -> None:
         self.counts.arrived(items, kind)
+        bad = sum(1 for item in items if item[0] == UNDECODABLE_TOPIC)
+        if bad:
+            self.counts.undecodable(kind or "broker", bad)
         if self.history is not None:
             self.history.observe(first, items)
         with self._lock:
@@ -209,6 +233,7 @@ class SpoolService:
         return {
             **self.bounds(),
             "error": f"{type(error).__name__}: {error}" if error is not None else None,
+            "paused": self.guard.blocked(),
         }
 
     def bounds(self) -> dict[str, Any]:
@@ -226,7 +251,16 @@ class SpoolService:
         out = spool_summary(self.spool)
         out["id"] = self.id
         out["topics"] = list(self.topics)
-        out["error"] = self.state()["error"]
+        state = self.state()
+        out["error"] = state["error"]
+        out["paused"] = state["paused"]
+        out["disk_free_bytes"] = self.guard.free
+        out["disk_min_free_bytes"] = self.guard.limit
+        out["fsync"] = self.spool.fsync_policy
+        out["retention_bytes"] = self.spool.retention_bytes
+        out["retention_seconds"] = (
+            self.spool.retention_ms / 1000 if self.spool.retention_ms is not None else None
+        )
         out["peers"] = _peers(self._endpoint)
         out["sources"] = self.counts.snapshot()
         out["listeners"] = [a.snapshot() for a in list(self._listeners)]

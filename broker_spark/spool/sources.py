@@ -44,6 +44,7 @@ class SourceCounts:
         self._links = links
         self._lock = threading.Lock()
         self._arrived: Counter[str] = Counter()
+        self._undecodable: Counter[str] = Counter()
         self._refused: Counter[tuple[str, str]] = Counter()
         self._kinds: dict[str, str] = {}
         self._live: list[tuple[str, str, Callable[[], dict[str, Any]]]] = []
@@ -83,6 +84,12 @@ class SourceCounts:
             if kind is not None or sender not in self._kinds:
                 self._kinds[sender] = kind or "broker"
 
+    def undecodable(self, kind: str, n: int) -> None:
+        """``n`` of what a source of ``kind`` brought did not decode, and were kept as
+        undecodable records (counted in :meth:`arrived` too)."""
+        with self._lock:
+            self._undecodable[kind] += n
+
     def refused(self, kind: str, reason: str, n: int = 1) -> None:
         """``n`` things from a source of ``kind`` were turned away for ``reason``."""
         with self._lock:
@@ -93,6 +100,7 @@ class SourceCounts:
         and its live facts; kinds that brought nothing and are not registered are left out."""
         with self._lock:
             arrived = dict(self._arrived)
+            undecodable = dict(self._undecodable)
             refused = dict(self._refused)
             live = list(self._live)
         out: dict[str, dict[str, Any]] = {}
@@ -103,11 +111,19 @@ class SourceCounts:
                     "kind": kind,
                     "name": kind,
                     "arrived": arrived.get(kind, 0),
+                    "undecodable": undecodable.get(kind, 0),
                     "refused": reasons,
                 }
         for kind, name, facts in live:
             entry = out.setdefault(
-                kind, {"kind": kind, "name": name, "arrived": arrived.get(kind, 0), "refused": {}}
+                kind,
+                {
+                    "kind": kind,
+                    "name": name,
+                    "arrived": arrived.get(kind, 0),
+                    "undecodable": undecodable.get(kind, 0),
+                    "refused": {},
+                },
             )
             entry["name"] = name
             try:

@@ -13,8 +13,14 @@ arrived in, never re-encoded) with a sparse ``.index`` (see
 starts when it would grow past ``segment_bytes``. A ``.lock`` file holds an
 advisory ``flock`` that keeps a second writer out.
 
-Crash safety: records are written with plain appends (``fsync`` optional), so
-after a crash only the tail of the active segment can be torn. Reopening scans
+Crash safety: records are written with plain appends, so after a crash only the
+tail of the active segment can be torn. A process that dies loses nothing it
+had appended (the kernel has it); a power cut loses what the kernel had not
+written yet, which ``fsync`` bounds: ``never`` leaves it to the kernel (Linux
+writes dirty pages back within about 30 s), ``interval`` syncs at most
+``sync_interval`` seconds after an append (default 1 s), ``always`` syncs each
+append before it returns (``True`` and ``False`` mean ``always`` and
+``never``). Reopening scans
 the active segment from its last index entry and truncates at the first
 incomplete or malformed record; sealed segments are never rewritten.
 
@@ -33,6 +39,7 @@ import itertools
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
@@ -58,6 +65,8 @@ except ImportError:  # pragma: no cover - not POSIX: no cross-process writer loc
 __all__ = [
     "DEFAULT_INDEX_INTERVAL",
     "DEFAULT_SEGMENT_BYTES",
+    "DEFAULT_SYNC_INTERVAL",
+    "FSYNC_POLICIES",
     "DataLossError",
     "OffsetRangeError",
     "Spool",
@@ -68,6 +77,10 @@ __all__ = [
 ]
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: What ``fsync`` may say: when appended records are synced to the disk.
+FSYNC_POLICIES = ("never", "interval", "always")
+#: Seconds between syncs with ``fsync="interval"``, at most.
+DEFAULT_SYNC_INTERVAL = 1.0
 DEFAULT_INDEX_INTERVAL = 128
 LOCK_NAME = ".lock"
 
@@ -106,8 +119,9 @@ class Spool:
     segment (only a single record larger than that makes a larger segment).
     ``retention_bytes``/``retention_ms`` say what :meth:`enforce_retention` drops:
     whole sealed segments, oldest first, while the spool is over the size or the
-    segment's last record is older than the limit. ``fsync`` syncs every batch
-    (and directory changes) to disk. ``readonly`` opens a view for another
+    segment's last record is older than the limit. ``fsync`` (``never``,
+    ``interval`` or ``always``; see the module doc) says when appends reach the
+    disk; with any but ``never`` directory changes are synced too. ``readonly`` opens a view for another
     process: no lock, no writes, no repairs.
     """
 
@@ -117,10 +131,11 @@ class Spool:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
-        fsync: bool = False,
+        fsync: bool | str = False,
         *,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
         readonly: bool = False,
+        sync_interval: float = DEFAULT_SYNC_INTERVAL,
     ) -> None:
         for name, value in (
             ("segment_bytes", segment_bytes),
@@ -132,11 +147,19 @@ class Spool:
                 continue
             if type(value) is not int or value < 1:
                 raise SpoolError(f"{name} must be a positive integer, got {value!r}")
+        policy = {True: "always", False: "never"}.get(fsync, fsync)  # type: ignore[call-overload]
+        if policy not in FSYNC_POLICIES:
+            raise SpoolError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
         self.path = os.fspath(path)
         self.segment_bytes = segment_bytes
         self.retention_bytes = retention_bytes
         self.retention_ms = retention_ms
-        self.fsync = fsync
+        self.fsync_policy: str = policy
+        #: whether segment seals, index rewrites and directory changes are synced
+        self.fsync = policy != "never"
+        self.sync_interval = sync_interval
+        self._synced_at = time.monotonic()
+        self._unsynced = False
         self.index_interval = index_interval
         self.readonly = readonly
         self._lock = threading.Lock()
@@ -222,9 +245,35 @@ class Spool:
             if batch:
                 for part in self._plan(batch):
                     self._commit(part)
-                if self.fsync:
-                    self._segments[-1].sync()
+                self._unsynced = True
+                if self.fsync_policy == "always":
+                    self._sync()
+                elif self.fsync_policy == "interval":
+                    self._sync_if_due()
             return self._end - 1
+
+    def _sync(self) -> None:
+        self._segments[-1].sync()
+        self._synced_at = time.monotonic()
+        self._unsynced = False
+
+    def _sync_if_due(self) -> None:
+        if self._unsynced and time.monotonic() - self._synced_at >= self.sync_interval:
+            self._sync()
+
+    def sync_if_due(self) -> None:
+        """With ``fsync="interval"``: sync what was appended if the interval has passed (the
+        pump calls it when it is idle, so the last appends do not wait for the next)."""
+        with self._lock:
+            if self.fsync_policy == "interval" and not self._closed and not self.readonly:
+                self._sync_if_due()
+
+    def sync(self) -> None:
+        """Sync what was appended to the disk now, whatever the policy (a planned stop)."""
+        with self._lock:
+            if not self._closed and not self.readonly and self._segments:
+                self._sync()
+                fsync_dir(self.path)
 
     def _plan(self, batch: Sequence[Sequence[Any]]) -> list[_Part]:
         """Pack the batch in index-aligned chunks and decide where segments roll.
@@ -434,7 +483,7 @@ class Spool:
             if self._closed:
                 return
             self._closed = True
-            if self.fsync and self._segments:
+            if self.fsync and self._segments and self._unsynced:
                 self._segments[-1].sync()
             self._release()
 

@@ -63,6 +63,13 @@ class Tee:
     ) -> list[tuple[str, bytes, str, int]]:
         return stamped(self.take(n, timeout), clock_ns)
 
+    def finish(self, timeout: float = 5.0) -> None:
+        """A planned stop of the source (see the ZeroMQ receiver's ``finish``): what it still
+        hands out reaches both consumers."""
+        finish = getattr(self.source, "finish", None)
+        if finish is not None:
+            finish(timeout)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

@@ -20,18 +20,38 @@ header is checked here (parsed once per log): the records are found where they
 are decoded, on Spark's executors, and not in this process, which Zeek drops
 batches for when it falls behind.
 
-Why a thread of its own: a Zeek node sends without blocking and drops a batch
-when its PUSH queue (``log_sndhwm``, 1000 messages) is full, so the socket must
-be drained whatever its consumer does. The thread only receives and queues raw
-batches, without copying them. The queue is bounded
-in bytes (``max_queued_bytes``): past it the thread stops reading, ZeroMQ's
-queues fill (``log_rcvhwm`` here, ``log_sndhwm`` at the node) and the nodes
-drop, which Zeek reports as "Failed to send log write. HWM reached?"; a warning
-here says the consumer fell behind.
+Why a thread of its own: ZeroMQ's socket is read by one thread, which also
+answers CURVE's ZAP requests and watches handshakes. The thread only receives
+and queues raw batches, without copying them.
 
-Bad input costs only itself: a message that is not four frames, names another
-serializer or holds a malformed header is dropped, counted in :attr:`rejected`
-and logged (at most once a second) with its sender and what is wrong. With
+Taking only as fast as the consumer spools: what this process has taken off
+the socket and not yet handed on lives only in its memory, and a crash loses
+it, while what it leaves in ZeroMQ stays with the Zeek node (a PUSH queues
+for a logger that is gone until it is back, and routes new batches to the
+other loggers). So the queue is small (``max_queued_bytes``, 1 MiB by
+default: a few hundred batches), ZeroMQ's receive queue is short
+(``rcvhwm``, 100 messages) and the kernel's receive buffer fixed (``rcvbuf``,
+256 KiB, instead of Linux's autotuning up to several MiB): past them the
+thread stops reading until the consumer takes, and the backlog waits in the
+Zeek node's queue (``log_sndhwm``, 1000 batches), where Zeek's own
+high-water mark and its drop counters apply ("Failed to send log write. HWM
+reached?"); a warning here says the consumer fell behind. docs/relay.md
+states the window a crash can lose.
+
+A planned stop loses nothing that was read: :meth:`finish` unbinds the
+socket (its connections close, so Zeek's PUSH sends its next batches to the
+other loggers and keeps the rest for this one), takes what ZeroMQ had
+already received, and closes; the consumer takes what is queued until
+:meth:`take` raises :class:`~broker_spark.errors.ShutdownError`. Only bytes
+still inside TCP at that moment (sent by the node, not yet through ZeroMQ's
+decoder here) are lost, which :attr:`received` lets a test tell apart.
+
+Bad input costs only itself and is kept: a message that is not four frames,
+names another serializer or holds a malformed header is counted in
+:attr:`rejected`, logged (at most once a second) with its sender and what is
+wrong, and handed on as an undecodable record
+(:mod:`~broker_spark.zeek.undecodable`: its frames, its sender and the
+reason) for the spool to keep, so a later broker-spark can decode it. With
 CURVE (:class:`~broker_spark.zeromq.curve.CurveKeys`) the socket is a CURVE
 server that lets in only the client public key, as Zeek's logger does; a client
 turned away (wrong client key), or whose handshake fails (wrong server key, no
@@ -41,6 +61,7 @@ CURVE), is counted in :attr:`refused` and logged with its address.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -53,10 +74,12 @@ import zmq
 from broker_spark.data.msgpack_records import stamped
 from broker_spark.errors import EC, BrokerError, DecodeError, ShutdownError
 from broker_spark.zeek.log_batch import LOG_MESSAGE_TYPE, LOG_SERIALIZER, read_header
+from broker_spark.zeek.undecodable import UNDECODABLE_TOPIC, pack_undecodable
 from broker_spark.zeromq.curve import CurveKeys, ZapHandler
 
 __all__ = [
     "DEFAULT_MAX_QUEUED_BYTES",
+    "DEFAULT_RCVBUF",
     "DEFAULT_RCVHWM",
     "LOG_TOPIC_PREFIX",
     "ZeroMQBindError",
@@ -65,20 +88,27 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Zeek's ``log_rcvhwm``: messages ZeroMQ queues for the PULL socket.
-DEFAULT_RCVHWM = 1000
+#: Messages ZeroMQ queues for the PULL socket (Zeek's own logger uses 1000): short, so a
+#: backlog waits in the Zeek node's queue rather than in this process (see the module doc).
+DEFAULT_RCVHWM = 100
+#: The kernel's receive buffer of each connection (ZeroMQ's ``SO_RCVBUF``), fixed: Linux
+#: would grow it to several MiB that a crash loses.
+DEFAULT_RCVBUF = 256 * 1024
 #: Bytes of received batches queued for the consumer before the socket is left unread.
-DEFAULT_MAX_QUEUED_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_QUEUED_BYTES = 1024 * 1024
 #: The topic prefix Zeek publishes logs on over Broker (``Broker::default_log_topic_prefix``).
 LOG_TOPIC_PREFIX = "zeek/logs/"
 
 #: Bytes of batches handed out per take, about: what a consumer appends to a spool at once.
-TAKE_BYTES = 16 * 1024 * 1024
+TAKE_BYTES = 1024 * 1024
 #: Messages received per turn before the thread looks at its other sockets (and lets
 #: the consumer have the interpreter).
 _TURN = 64
 #: Milliseconds the thread waits for input before looking at its stop flag again.
 _POLL_MS = 100
+#: Seconds the thread waits for the consumer to take, when the queue is full, before it
+#: looks at its other sockets again (a take wakes it at once).
+_FULL_WAIT = 0.05
 _HANDSHAKE_FAILURES = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -124,6 +154,7 @@ class ZeroMQLogReceiver:
         *,
         curve: CurveKeys | None = None,
         rcvhwm: int = DEFAULT_RCVHWM,
+        rcvbuf: int = DEFAULT_RCVBUF,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
     ) -> None:
         if curve is not None and curve.any:
@@ -131,14 +162,16 @@ class ZeroMQLogReceiver:
         else:
             curve = None
         self.max_queued_bytes = max_queued_bytes
-        self.received = 0  # batches taken off the socket
-        self.rejected = 0  # messages dropped as malformed
+        self.received = 0  # messages taken off the socket (good and undecodable)
+        self.rejected = 0  # messages that do not decode (kept as undecodable records)
         self.refused = 0  # clients turned away by CURVE
         self._complain = _Complaints()
-        self._queue: deque[tuple[bytes, zmq.Frame]] = deque()
+        #: (sender, batch frame) of a good message, (sender, kept payload bytes) of a bad one
+        self._queue: deque[tuple[bytes, zmq.Frame | bytes]] = deque()
         self._queued_bytes = 0
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        self._finish = threading.Event()
         self._closed = False
         self._senders: dict[bytes, str] = {}
         self._context = zmq.Context(io_threads=1)
@@ -146,6 +179,7 @@ class ZeroMQLogReceiver:
             self._pull = self._context.socket(zmq.PULL)
             self._pull.linger = 0
             self._pull.rcvhwm = rcvhwm
+            self._pull.rcvbuf = rcvbuf
             self._zap: ZapHandler | None = None
             if curve is not None:
                 self._zap = ZapHandler(self._context, curve.client_publickey, self._refuse)
@@ -175,6 +209,9 @@ class ZeroMQLogReceiver:
         reading = False
         try:
             while not self._stop.is_set():
+                if self._finish.is_set():
+                    self._last_reads()
+                    break
                 want = self._queued_bytes < self.max_queued_bytes
                 if want != reading:
                     if want:
@@ -187,7 +224,11 @@ class ZeroMQLogReceiver:
                             "(Zeek drops batches when its queue to us is full)"
                         )
                     reading = want
-                ready = dict(poller.poll(_POLL_MS))
+                if not reading:  # wait for the consumer to take (it notifies), then look again
+                    with self._cond:
+                        if self._queued_bytes >= self.max_queued_bytes:
+                            self._cond.wait(_FULL_WAIT)
+                ready = dict(poller.poll(_POLL_MS if reading else 0))
                 if self._zap is not None and self._zap.socket in ready:
                     self._zap.handle()
                 if self._monitor in ready:
@@ -204,11 +245,20 @@ class ZeroMQLogReceiver:
                 self._closed = True
                 self._cond.notify_all()
 
-    def _receive(self) -> None:
-        got: list[tuple[bytes, zmq.Frame]] = []
+    def _last_reads(self) -> None:
+        """A planned stop: unbind (the connections close, so Zeek's PUSH routes elsewhere and
+        keeps what is due here), then take what ZeroMQ had received, whatever the queue holds."""
+        with contextlib.suppress(zmq.ZMQError):
+            self._pull.unbind(self.endpoint)
+        while self._receive(limit=None):
+            pass
+
+    def _receive(self, limit: int | None = _TURN) -> int:
+        got: list[tuple[bytes, zmq.Frame | bytes]] = []
         size = 0
         recv = self._pull.recv_multipart
-        for _ in range(_TURN):
+        turns = range(limit) if limit is not None else itertools.count()
+        for _ in turns:
             try:
                 # without copying: the batch's bytes are copied by the consumer, so this
                 # thread holds the interpreter only briefly per message
@@ -222,8 +272,12 @@ class ZeroMQLogReceiver:
                 # quoted: a sender's id is its own text, and must not forge a log line
                 sender = repr(heads[1].decode("utf-8", "replace")) if len(heads) > 1 else "?"
                 self._complain(
-                    f"ZeroMQ logs on {self.endpoint}: dropped a message from {sender}: {bad}"
+                    f"ZeroMQ logs on {self.endpoint}: a message from {sender} does not "
+                    f"decode ({bad}); kept as an undecodable record"
                 )
+                kept = pack_undecodable("zeromq-logs", bad, [f.bytes for f in frames])
+                got.append((heads[1] if len(heads) > 1 else b"", kept))
+                size += len(kept)
                 continue
             got.append((heads[1], frames[3]))
             size += len(frames[3])
@@ -233,6 +287,7 @@ class ZeroMQLogReceiver:
                 self._queued_bytes += size
                 self.received += len(got)
                 self._cond.notify_all()
+        return len(got)
 
     def _handshake_events(self) -> None:
         from zmq.utils.monitor import recv_monitor_message
@@ -291,20 +346,27 @@ class ZeroMQLogReceiver:
         :class:`~broker_spark.errors.ShutdownError` once closed and drained."""
         out: list[tuple[str, bytes, str]] = []
         for batch_sender, frame in self._wait(n, timeout):
-            batch = frame.bytes
             sender = self._senders.get(batch_sender)
             if sender is None:
                 sender = batch_sender.decode("utf-8", "replace")
                 if len(self._senders) > 4096:
                     self._senders.clear()
                 self._senders[batch_sender] = sender
+            if isinstance(frame, bytes):  # kept undecodable
+                out.append((UNDECODABLE_TOPIC, frame, sender))
+                continue
+            batch = frame.bytes
             try:
                 header = read_header(batch)  # its columns, parsed once per log (cached)
             except DecodeError as exc:
                 self.rejected += 1
                 self._complain(
-                    f"ZeroMQ logs on {self.endpoint}: dropped a batch from {sender}: {exc}"
+                    f"ZeroMQ logs on {self.endpoint}: a batch from {sender!r} does not decode "
+                    f"({exc}); kept as an undecodable record"
                 )
+                frames = [LOG_MESSAGE_TYPE, batch_sender, LOG_SERIALIZER, batch]
+                kept = pack_undecodable("zeromq-logs", str(exc), frames)
+                out.append((UNDECODABLE_TOPIC, kept, sender))
                 continue
             out.append((LOG_TOPIC_PREFIX + header.stream, batch, sender))
         return out
@@ -315,7 +377,7 @@ class ZeroMQLogReceiver:
         """Like :meth:`take`, as spool records stamped with one ``clock_ns()`` read."""
         return stamped(self.take(n, timeout), clock_ns)
 
-    def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, zmq.Frame]]:
+    def _wait(self, n: int, timeout: float | None) -> list[tuple[bytes, zmq.Frame | bytes]]:
         """Up to ``n`` batches (a batch becomes one or two messages), waiting for the first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -335,6 +397,7 @@ class ZeroMQLogReceiver:
                 taken.append(item)
                 size += len(item[1])
             self._queued_bytes -= size
+            self._cond.notify_all()  # the reading thread waits for room
         return taken
 
     @property
@@ -342,9 +405,22 @@ class ZeroMQLogReceiver:
         """Batches received and not taken yet."""
         return len(self._queue)
 
+    def finish(self, timeout: float = 5.0) -> None:
+        """A planned stop: stop taking from the network (unbind, so Zeek's nodes send to the
+        other loggers), queue what ZeroMQ had received and release the socket; the consumer
+        then takes what is queued until :meth:`take` raises ShutdownError."""
+        self._finish.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     def close(self) -> None:
-        """Stop receiving and release the socket (idempotent; what is queued is dropped)."""
+        """Stop receiving and release the socket at once (idempotent; what is queued is
+        dropped: :meth:`finish` first keeps it)."""
         self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5.0)
         with self._cond:
