@@ -31,7 +31,7 @@ for a logger that is gone until it is back, and routes new batches to the
 other loggers). So the queue is small (``max_queued_bytes``, 1 MiB by
 default: a few hundred batches), ZeroMQ's receive queue is short
 (``rcvhwm``, 100 messages) and the kernel's receive buffer fixed (``rcvbuf``,
-256 KiB, instead of Linux's autotuning up to several MiB): past them the
+64 KiB, instead of Linux's autotuning up to several MiB): past them the
 thread stops reading until the consumer takes, and the backlog waits in the
 Zeek node's queue (``log_sndhwm``, 1000 batches), where Zeek's own
 high-water mark and its drop counters apply ("Failed to send log write. HWM
@@ -93,7 +93,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RCVHWM = 100
 #: The kernel's receive buffer of each connection (ZeroMQ's ``SO_RCVBUF``), fixed: Linux
 #: would grow it to several MiB that a crash loses.
-DEFAULT_RCVBUF = 256 * 1024
+DEFAULT_RCVBUF = 64 * 1024
 #: Bytes of received batches queued for the consumer before the socket is left unread.
 DEFAULT_MAX_QUEUED_BYTES = 1024 * 1024
 #: The topic prefix Zeek publishes logs on over Broker (``Broker::default_log_topic_prefix``).
@@ -172,6 +172,7 @@ class ZeroMQLogReceiver:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._finish = threading.Event()
+        self._new_curve: CurveKeys | None = None  # keys a reload handed over, for the thread
         self._closed = False
         self._senders: dict[bytes, str] = {}
         self._context = zmq.Context(io_threads=1)
@@ -212,6 +213,8 @@ class ZeroMQLogReceiver:
                 if self._finish.is_set():
                     self._last_reads()
                     break
+                if self._new_curve is not None:
+                    self._apply_curve()
                 want = self._queued_bytes < self.max_queued_bytes
                 if want != reading:
                     if want:
@@ -246,8 +249,12 @@ class ZeroMQLogReceiver:
                 self._cond.notify_all()
 
     def _last_reads(self) -> None:
-        """A planned stop: unbind (the connections close, so Zeek's PUSH routes elsewhere and
-        keeps what is due here), then take what ZeroMQ had received, whatever the queue holds."""
+        """A planned stop: take all that ZeroMQ has received (whatever the queue holds), so
+        the connections' kernel buffers are as empty as they get; at once unbind (the
+        connections close: Zeek's PUSH routes to the other loggers and keeps what is due
+        here for when it is back), and take what arrived in between."""
+        while self._receive(limit=None):
+            pass
         with contextlib.suppress(zmq.ZMQError):
             self._pull.unbind(self.endpoint)
         while self._receive(limit=None):
@@ -314,6 +321,23 @@ class ZeroMQLogReceiver:
                 where,
                 why,
             )
+
+    def reload_curve(self, curve: CurveKeys) -> None:
+        """New connections are let in with these CURVE keys (SIGHUP): the server secret key
+        and the one client public key allowed; connections made before keep theirs. Only a
+        receiver started with CURVE reloads (turning it on or off takes a restart)."""
+        if self._zap is None:
+            raise ValueError("this ZeroMQ log socket was started without CURVE")
+        curve.require_server()
+        self._new_curve = curve
+
+    def _apply_curve(self) -> None:
+        """On the thread that owns the socket: the keys of :meth:`reload_curve`."""
+        curve, self._new_curve = self._new_curve, None
+        assert curve is not None and self._zap is not None
+        self._zap.allow(curve.client_publickey)
+        curve.configure_server(self._pull)
+        log.info("ZeroMQ logs on %s: new CURVE keys for new connections", self.endpoint)
 
     def _refuse(self, address: str, key: str) -> None:
         self.refused += 1
