@@ -445,6 +445,14 @@ class Endpoint:
 
     # -- lifetime ------------------------------------------------------------------------------
 
+    def replace_tls(self, contexts: Any) -> None:
+        """Peerings made from now on (accepted or dialled) use ``contexts`` (a
+        :class:`~broker_spark.tls.TLSContexts`, made and checked by the caller); those up
+        keep theirs (an extension, for a node's reload on SIGHUP)."""
+        tcp = self._tcp(create=False)
+        if tcp is not None and contexts is not None:
+            self._loop.run_sync(setattr, tcp, "tls", contexts)
+
     def stop_taking(self) -> None:
         """Take nothing more from the network, keep everything else (an extension, for a
         relay's planned stop): stop listening for peers and end every peering without

@@ -88,6 +88,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--config", metavar="FILE", help="TOML configuration (see conf/)")
     p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the configuration (files, certificates, keys, tokens, the spool's folder) "
+        "and exit: 0 when it would start, else what is wrong; binds nothing",
+    )
+    p.add_argument(
         "--listen",
         type=host_port,
         metavar="HOST:PORT",
@@ -208,6 +214,13 @@ def register(sub: Any) -> None:
         help="serve Prometheus metrics of the spool and its sources here (/metrics)",
     )
     spool.add_argument(
+        "--metrics-tls",
+        action="store_true",
+        help="serve the metrics over HTTPS with the node's certificate and key (--cert, --key)",
+    )
+    spool.add_argument("--metrics-cert", metavar="FILE", help="or with this certificate (PEM)")
+    spool.add_argument("--metrics-key", metavar="FILE", help="and this key (PEM)")
+    spool.add_argument(
         "--metrics-token",
         metavar="TOKEN|@FILE",
         help="scrapers must send this bearer token (Prometheus' authorization: "
@@ -257,6 +270,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("zeromq_proxy", "zeromq_proxy"),
         ("websocket_peer", "websocket_peers"),
         ("metrics", "metrics"),
+        ("metrics_cert", "metrics_certificate"),
+        ("metrics_key", "metrics_key"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -276,6 +291,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
             setattr(s, name, os.environ[env])
     if s.spool_retention_bytes == 0:
         s.spool_retention_bytes = None  # --spool-retention none
+    if args.metrics_tls:
+        s.metrics_tls = True
     if args.allow_anonymous:
         s.allow_anonymous = True
     if args.reader:  # flags replace the file's table as a whole
@@ -304,9 +321,82 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
     if args.log_level is None and settings.log_level:
         logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
-    with stop_on_signals() as stop:
-        serve(settings, stop)
+    if args.check:
+        return check(settings)
+    reload = threading.Event()
+    with stop_on_signals(reload=reload) as stop:
+        serve(settings, stop, reload, lambda: settings_from(args))
     return 0
+
+
+def check(settings: NodeSettings) -> int:
+    """``node --check``: everything :func:`serve` reads before it binds, read and checked
+    (the TOML and flags, the options, TLS files, CURVE keys, tokens, the spool's folder and
+    the metrics' TLS); prints what would run, and raises CliError on the first fault."""
+    import ssl
+
+    from broker_spark.config import TLSSettings
+    from broker_spark.tls import make_contexts
+
+    config = settings.configuration()
+    check_tls(config)
+    try:
+        contexts = make_contexts(TLSSettings.of(config))
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        raise CliError(f"TLS: {exc}") from None
+    curve = curve_keys(settings.curve)
+    for warning in check_exposure(settings, curve):
+        _say(f"warning: {warning}")
+    if settings.zeromq_logs and not settings.log_dir and not settings.spool_dir:
+        raise CliError("--zeromq-logs needs --spool DIR and/or --log-dir DIR")
+    if settings.metrics is not None and not settings.spool_dir:
+        raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
+    if settings.spool_dir:
+        _check_folder(settings.spool_dir, "the spool")
+        if not settings.spool_topics:
+            raise UsageError("--spool needs topics to keep: --subscribe PREFIX (repeatable)")
+        if settings.spool_readers and (contexts is None or not contexts.authenticated):
+            raise UsageError("--reader needs mutual TLS (--cert, --key and --ca)")
+    if settings.log_dir:
+        _check_folder(settings.log_dir, "--log-dir")
+    _metrics_tls(settings)
+    tls = (
+        "plain TCP"
+        if contexts is None
+        else ("mutual TLS" if contexts.authenticated else "anonymous TLS")
+    )
+    _say(f"configuration OK: {tls}")
+    for name, value in (
+        ("listen", settings.listen and _where(settings.listen)),
+        ("spool", settings.spool_dir),
+        ("relay", settings.spool_dir and settings.relay and _where(settings.relay)),
+        ("zeromq logs", settings.zeromq_logs),
+        ("metrics", settings.metrics and _where(settings.metrics)),
+    ):
+        if value:
+            _say(f"  {name:12} {value}")
+    if settings.spool_dir:
+        age = settings.spool_retention_seconds
+        size = settings.spool_retention_bytes
+        _say(
+            f"  {'retention':12} {f'{age:g} s' if age else 'no age limit'}, "
+            f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}"
+        )
+    return 0
+
+
+def _check_folder(path: str, what: str) -> None:
+    """``path`` is a folder this user may write, or one it may make."""
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(os.path.abspath(probe))
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise CliError(f"{what}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CliError(f"{what}: {probe} is not writable by this user")
 
 
 def _where(address: tuple[str, int]) -> str:
@@ -317,8 +407,15 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def serve(settings: NodeSettings, stop: threading.Event) -> None:
-    """Start the endpoint as configured, announce it, run until ``stop`` is set, shut down."""
+def serve(
+    settings: NodeSettings,
+    stop: threading.Event,
+    reload: threading.Event | None = None,
+    load: Any = None,
+) -> None:
+    """Start the endpoint as configured, announce it, run until ``stop`` is set, shut down;
+    whenever ``reload`` is set (SIGHUP), read the settings again with ``load()`` and take
+    the certificates, keys, limits and tokens that may change (:mod:`node_reload`)."""
     from broker_spark.endpoint import Endpoint
 
     config = settings.configuration()
@@ -387,13 +484,33 @@ def serve(settings: NodeSettings, stop: threading.Event) -> None:
             if port is not None and settings.relay is not None:
                 _say(f"relay listening on {_where((settings.relay[0], port))}")
             if settings.metrics is not None:
-                metrics = _metrics(relay, settings.metrics, settings.metrics_token)
+                metrics = _metrics(relay, settings, _metrics_tls(settings))
                 relay.watch(metrics.admission)
-                _say(f"metrics listening on {_where((settings.metrics[0], metrics.port))}")
+                scheme = "https" if metrics.tls else "http"
+                _say(
+                    f"metrics listening on {_where((settings.metrics[0], metrics.port))}"
+                    + (f" ({scheme})" if metrics.tls else "")
+                )
+        reloader = None
+        if load is not None:
+            from broker_spark.cli.node_reload import Reloader
+
+            reloader = Reloader(
+                load,
+                settings,
+                endpoint=endpoint,
+                relay=relay,
+                metrics=metrics,
+                receiver=zeromq_logs,
+                websocket_servers=lambda: _websocket_servers(endpoint),
+            )
         _say("ready")
         while not stop.wait(0.5):
-            pass
-        log.info("stopping: taking nothing more, keeping what was read")
+            if reload is not None and reload.is_set():
+                reload.clear()
+                if reloader is not None:
+                    reloader.reload()
+        log.info("shutting down: taking nothing more, keeping what was read")
         planned = True
     finally:
         if planned:
@@ -467,13 +584,36 @@ def web_socket_admission(endpoint: Any, port: int) -> Any:
     return manager_for(endpoint).servers[port].admission
 
 
-def _metrics(relay: Any, address: tuple[str, int], token: str) -> Any:
+def _metrics(relay: Any, settings: NodeSettings, tls: Any) -> Any:
     from broker_spark.spool.metrics import MetricsServer
 
+    address = settings.metrics
+    assert address is not None
     try:
-        return MetricsServer(relay.status, *address, token=token or None)
+        return MetricsServer(relay.status, *address, token=settings.metrics_token or None, tls=tls)
     except OSError as exc:
         raise CliError(f"cannot serve the metrics on {_where(address)}: {exc}") from None
+
+
+def _metrics_tls(settings: NodeSettings) -> Any:
+    """The metrics' TLS context (None: plain HTTP); CliError when its files do not load."""
+    import ssl
+
+    from broker_spark.cli.node_reload import metrics_context
+    from broker_spark.config import TLSSettings
+    from broker_spark.tls import make_contexts
+
+    try:
+        contexts = make_contexts(TLSSettings.of(settings.configuration()))
+        return metrics_context(settings, contexts)
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        raise CliError(f"metrics TLS: {exc}") from None
+
+
+def _websocket_servers(endpoint: Any) -> list[Any]:
+    from broker_spark.websocket.manager import manager_for
+
+    return list(manager_for(endpoint).servers.values())
 
 
 def _relay_node(settings: NodeSettings) -> Any:

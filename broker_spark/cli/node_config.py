@@ -70,6 +70,9 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     [metrics]
     listen = "127.0.0.1:9101"     # Prometheus metrics of the spool and its sources
     token = "@metrics.token"      # scrapers must send it (Prometheus' credentials_file)
+    tls = false                   # true: HTTPS with the node's [tls] certificate and key
+    certificate = ""              # or HTTPS with a certificate and key of their own
+    key = ""
 
 Relative paths (certificates, SQLite files) are relative to the directory of
 the file, so a configuration works from any working directory. Unknown
@@ -156,6 +159,9 @@ class NodeSettings:
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
     websocket_peers: list[str] = field(default_factory=list)  # WebSocket APIs to subscribe at
     metrics: HostPort | None = None  # serve Prometheus metrics here
+    metrics_tls: bool = False  # serve them over HTTPS with the node's certificate
+    metrics_certificate: str = ""  # or with a certificate and key of their own
+    metrics_key: str = ""
     websocket_token: str = field(default="", repr=False)  # WebSocket clients' bearer token
     metrics_token: str = field(default="", repr=False)  # scrapers' bearer token
     allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
@@ -322,7 +328,13 @@ def load_node_config(path: str | Path) -> NodeSettings:
     if "zeromq" in logs:
         s.zeromq_logs = r.typed("[logs]", "zeromq", logs["zeromq"], str)
     _zeromq_section(r, doc, s)
-    metrics = r.keys("[metrics]", doc.get("metrics", {}), ["listen", "token"])
+    metrics = r.keys(
+        "[metrics]", doc.get("metrics", {}), ["listen", "token", "tls", "certificate", "key"]
+    )
+    s.metrics_tls = r.typed("[metrics]", "tls", metrics.get("tls", False), bool)
+    for name in ("certificate", "key"):
+        if name in metrics:
+            setattr(s, f"metrics_{name}", r.path_value("[metrics]", name, metrics[name]))
     s.metrics_token = _secret(r, "[metrics]", "token", metrics.get("token", ""))
     if "listen" in metrics:
         s.metrics = r.address("[metrics]", "listen", metrics["listen"])

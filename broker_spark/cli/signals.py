@@ -19,17 +19,26 @@ __all__ = ["stop_on_signals"]
 
 
 @contextlib.contextmanager
-def stop_on_signals(stop: threading.Event | None = None) -> Iterator[threading.Event]:
-    """Within the block, SIGINT and SIGTERM set the yielded event instead of raising."""
+def stop_on_signals(
+    stop: threading.Event | None = None, reload: threading.Event | None = None
+) -> Iterator[threading.Event]:
+    """Within the block, SIGINT and SIGTERM set the yielded event instead of raising; with
+    ``reload``, SIGHUP sets that one (``node`` reads its certificates and keys again)."""
     stop = stop if stop is not None else threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def handler(signum: int, _frame: Any) -> None:
-        stop.set()
+        if signum == signal.SIGHUP and reload is not None:
+            reload.set()
+        else:
+            stop.set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if reload is not None and hasattr(signal, "SIGHUP"):
+        signals.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield stop
     finally:

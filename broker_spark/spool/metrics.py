@@ -24,12 +24,21 @@ status (nothing is sampled in between, nothing drifts):
 
 With a token (``--metrics-token``) a scrape must send ``Authorization: Bearer
 TOKEN`` (Prometheus' ``authorization: {credentials_file: ...}``); others get 401.
+With a TLS context (``--metrics-tls``: the node's certificate, or
+``--metrics-cert``/``--metrics-key``: its own) ``/metrics`` is served over
+HTTPS only; the handshake runs in the connection's own thread, so a client
+that stalls in it holds nobody else up. The token and the context may be
+replaced while serving (SIGHUP): the next connection uses them.
+
+Every metric is documented in docs/relay.md ("Metrics"), and a test fails when
+one is added without it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -185,6 +194,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     admission: Admission  # set by MetricsServer before serving
+    settings: _Settings
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.admission.enter():  # full: this one is refused (counted), others served
@@ -200,16 +210,38 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
+            tls = self.settings.tls
+            if tls is not None:
+                request.settimeout(CLIENT_TIMEOUT)
+                try:
+                    request = tls.wrap_socket(request, server_side=True)
+                except (OSError, ssl.SSLError) as exc:  # no TLS, a bad handshake: that one ends
+                    self.admission.refuse("tls")
+                    log.debug("metrics client %s: TLS handshake failed: %s", client_address, exc)
+                    self.shutdown_request(request)
+                    return
             super().process_request_thread(request, client_address)
         finally:
             self.admission.leave()
 
 
-def _guarded(app: Callable[..., Any], token: str, admission: Admission) -> Callable[..., Any]:
-    """``app`` behind a bearer token: a request without it gets 401 and nothing else."""
+class _Settings:
+    """What a reload may replace while the server runs: the token and the TLS context."""
+
+    def __init__(self, token: str | None, tls: ssl.SSLContext | None) -> None:
+        self.token = token or None
+        self.tls = tls
+
+
+def _guarded(
+    app: Callable[..., Any], settings: _Settings, admission: Admission
+) -> Callable[..., Any]:
+    """``app`` behind the bearer token, when there is one: a request without it gets 401
+    and nothing else."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if authorization_matches(environ.get("HTTP_AUTHORIZATION"), token):
+        token = settings.token
+        if token is None or authorization_matches(environ.get("HTTP_AUTHORIZATION"), token):
             return app(environ, start_response)
         admission.refuse(UNAUTHORIZED)
         log.warning("metrics client %s: no valid token; refused", environ.get("REMOTE_ADDR"))
@@ -234,15 +266,17 @@ class MetricsServer:
         *,
         token: str | None = None,
         max_clients: int | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
         host = host or "0.0.0.0"
         self.admission = Admission("metrics", max_clients or MAX_CLIENTS)
-        app = make_wsgi_app(self.registry)
-        if token:
-            app = _guarded(app, token, self.admission)
-        server_class = type("_MetricsServer", (_Server,), {"admission": self.admission})
+        self.settings = _Settings(token, tls)
+        app = _guarded(make_wsgi_app(self.registry), self.settings, self.admission)
+        server_class = type(
+            "_MetricsServer", (_Server,), {"admission": self.admission, "settings": self.settings}
+        )
         server_class.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._server = make_server(host, port, app, server_class, handler_class=_Handler)
         self._thread = threading.Thread(
@@ -251,6 +285,16 @@ class MetricsServer:
         self._thread.start()
         self.port: int = self._server.server_port
         self.admission.address = format_host_port(host, self.port)
+
+    @property
+    def tls(self) -> bool:
+        """Whether ``/metrics`` is served over HTTPS."""
+        return self.settings.tls is not None
+
+    def reload(self, token: str | None, tls: ssl.SSLContext | None) -> None:
+        """Use this token and TLS context from the next connection on (SIGHUP)."""
+        self.settings.token = token or None
+        self.settings.tls = tls
 
     def close(self) -> None:
         self._server.shutdown()

@@ -108,6 +108,7 @@ class RelayServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._readers: dict[int, _Reader] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._tcp: tuple[str, int, bool] | None = None  # host, bound port, TLS
 
     # --- listening ------------------------------------------------------------------------
 
@@ -130,20 +131,50 @@ class RelayServer:
         """Serve readers over TCP (TLS with ``tls``); returns the bound port."""
 
         async def start() -> int:
-            server = await asyncio.start_server(
-                lambda r, w: self._spawn(r, w, local=False),
-                host or None,
-                port,
-                ssl=tls,
-                # A client that never finishes its TLS handshake is dropped as a silent one is.
-                ssl_handshake_timeout=HELLO_TIMEOUT if tls is not None else None,
-            )
-            self._servers.append(server)
+            server = await self._start_tcp(host, port, tls)
             bound = server.sockets[0].getsockname()[1]
+            self._tcp = (host, bound, tls is not None)
             self.admission.address = format_host_port(host, bound)
             return bound
 
         return self._loop.run_coro(start())
+
+    async def _start_tcp(
+        self, host: str, port: int, tls: ssl.SSLContext | None
+    ) -> asyncio.base_events.Server:
+        server = await asyncio.start_server(
+            lambda r, w: self._spawn(r, w, local=False),
+            host or None,
+            port,
+            ssl=tls,
+            # A client that never finishes its TLS handshake is dropped as a silent one is.
+            ssl_handshake_timeout=HELLO_TIMEOUT if tls is not None else None,
+        )
+        self._servers.append(server)
+        return server
+
+    def reload(
+        self, tls: ssl.SSLContext | None, grants: Mapping[str, tuple[str, ...]] | None
+    ) -> None:
+        """New connections use this TLS context and these reader grants (SIGHUP); the
+        readers connected keep what they were admitted with until they reconnect. The
+        listening socket is opened again on its port with the new context (connections
+        made meanwhile are refused for that instant and retried by readers)."""
+        self._grants = dict(grants or {})
+        if self._tcp is None:
+            return
+        host, port, had_tls = self._tcp
+        if (tls is not None) != had_tls:
+            raise ValueError("TLS cannot be turned on or off without a restart")
+
+        async def swap() -> None:
+            old = [s for s in self._servers if _port_of(s) == port]
+            for server in old:
+                server.close()
+                self._servers.remove(server)
+            await self._start_tcp(host, port, tls)
+
+        self._loop.run_coro(swap())
 
     def readers(self) -> list[dict[str, Any]]:
         """Every connected reader (attached readers and relay followers)."""
@@ -397,6 +428,15 @@ def _read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int
         at = hi
         step = spool.index_interval * max(1, (budget - size) // max(1, 4 * len(chunk)))
     return b"".join(parts), at
+
+
+def _port_of(server: asyncio.base_events.Server) -> int | None:
+    sockets = server.sockets or ()
+    for sock in sockets:
+        name = sock.getsockname()
+        if isinstance(name, tuple):
+            return int(name[1])
+    return None
 
 
 def _common_name(writer: asyncio.StreamWriter) -> str:

@@ -190,6 +190,10 @@ class WebSocketServer:
             finally:
                 self.abort()
 
+    def set_token(self, token: str | None) -> None:
+        """Clients connecting from now on must send this token (a reload); None: no token."""
+        self._token = token or None
+
     def abort(self) -> None:
         """Stop listening and drop every connection now (synchronous).
 

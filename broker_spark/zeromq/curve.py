@@ -186,6 +186,10 @@ class ZapHandler:
         self.socket.linger = 0
         self.socket.bind(ZAP_ENDPOINT)
 
+    def allow(self, publickey: str) -> None:
+        """Let in this client public key from now on, instead of the one before."""
+        self.allowed = _raw_key("client_publickey", publickey)
+
     def handle(self) -> None:
         """Answer every request waiting (non-blocking)."""
         while True:
