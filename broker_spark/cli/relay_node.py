@@ -115,8 +115,26 @@ class RelayNode:
     def status(self) -> dict[str, Any]:
         """What ``status --relay`` shows: the spool, its sources, peers and readers."""
         out = self.service.status()
-        out["readers"] = self.server.readers() if self.server is not None else []
+        readers = self.server.readers() if self.server is not None else []
+        for reader in readers:
+            reader["lag_seconds"] = self._lag_seconds(reader.get("committed"), out["end"])
+        out["readers"] = readers
         return out
+
+    def _lag_seconds(self, committed: Any, end: int) -> float | None:
+        """How long ago the first record a reader has not committed arrived (0 when it has
+        committed everything; None when it committed nothing or retention dropped it)."""
+        import time
+
+        if not isinstance(committed, int):
+            return None
+        if committed >= end:
+            return 0.0
+        try:
+            first = self.service.spool.read(committed, committed + 1)[0]
+        except Exception:  # dropped by retention meanwhile, or never held
+            return None
+        return max(0.0, time.time() - first.received_at_ns / 1e9)
 
     def start(self, tls: Any) -> int | None:
         """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""

@@ -4,23 +4,13 @@ Zeek clusters are watched with Prometheus (Zeek's own telemetry framework
 exposes its metrics that way), so a collector next to them should be too.
 ``broker-spark node --metrics HOST:PORT`` serves ``/metrics`` with what
 ``broker-spark status --relay`` shows, read at each scrape from the same
-status (nothing is sampled in between, nothing drifts):
-
-* ``broker_spark_source_messages_total{source}``: messages appended from each
-  kind of source (``broker``, ``websocket``, ``zeromq-proxy``, ``zeromq-logs``);
-* ``broker_spark_source_refused_total{source,reason}``: what each turned away
-  (undecodable batches, refused connections, ...);
-* ``broker_spark_spool_bytes``, ``broker_spark_spool_oldest_age_seconds``,
-  ``broker_spark_spool_start_offset``, ``broker_spark_spool_end_offset`` and
-  ``broker_spark_spool_failed`` (1 when appending stopped, a full disk);
-* ``broker_spark_relay_readers`` and, per reader,
-  ``broker_spark_relay_reader_lag{reader}``: messages between the spool's end
-  and what the reader committed;
-* ``broker_spark_peers``: the node's Broker peers;
-* ``broker_spark_listener_connections{listener}`` and
-  ``broker_spark_listener_refused_total{listener,reason}``: each listening port
-  (``relay``, ``websocket``, ``metrics``) and what it turned away
-  (``too-many``, ``unauthorized``, ``timeout``, ``protocol``, ``forbidden``).
+status (nothing is sampled in between, nothing drifts): per source what was
+appended, kept as undecodable and refused; the spool's bytes, offsets, oldest
+record, retention, free disk and whether it is paused or failed; its readers and
+how far behind each is (in messages and in seconds); the peers; each listening
+port's connections and refusals. Each is documented in docs/relay.md
+("Metrics"), and a test fails when one is added without it; conf/grafana and
+conf/prometheus hold a dashboard and alert rules made of them.
 
 With a token (``--metrics-token``) a scrape must send ``Authorization: Bearer
 TOKEN`` (Prometheus' ``authorization: {credentials_file: ...}``); others get 401.
@@ -29,9 +19,6 @@ With a TLS context (``--metrics-tls``: the node's certificate, or
 HTTPS only; the handshake runs in the connection's own thread, so a client
 that stalls in it holds nobody else up. The token and the context may be
 replaced while serving (SIGHUP): the next connection uses them.
-
-Every metric is documented in docs/relay.md ("Metrics"), and a test fails when
-one is added without it.
 """
 
 from __future__ import annotations
@@ -147,11 +134,20 @@ class StatusCollector(Collector):
             "Messages between the spool's end and what a reader committed",
             labels=["reader"],
         )
+        lag_seconds = GaugeMetricFamily(
+            "broker_spark_relay_reader_lag_seconds",
+            "Age of the oldest record a reader has not committed (0: it committed everything)",
+            labels=["reader"],
+        )
         for r in readers:
             committed = r.get("committed")
+            name = str(r.get("name") or r.get("address"))
             if isinstance(committed, int):
-                lag.add_metric([str(r.get("name") or r.get("address"))], float(end - committed))
+                lag.add_metric([name], float(end - committed))
+            if r.get("lag_seconds") is not None:
+                lag_seconds.add_metric([name], float(r["lag_seconds"]))
         yield lag
+        yield lag_seconds
         connections = GaugeMetricFamily(
             "broker_spark_listener_connections",
             "Connections a listening port serves now",
