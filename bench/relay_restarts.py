@@ -150,6 +150,7 @@ class _Node:
         self.log = log
         self.proc: subprocess.Popen | None = None
         self.runs = 0
+        self.relay = ""
 
     def start(self) -> None:
         self.runs += 1
@@ -161,12 +162,32 @@ class _Node:
         err.close()
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if line.startswith("relay listening on "):
+                self.relay = line.split()[-1]
             if line.strip() == "ready":
                 return
         raise RuntimeError(f"the node did not start: {self.stderr()[-2000:]}")
 
     def stderr(self) -> str:
         return self.log.with_suffix(f".{self.runs}.log").read_text(errors="replace")
+
+    def settle(self, quiet: float = 3.0, timeout: float = 120.0) -> None:
+        """Until the spool's end has not moved for ``quiet`` seconds: the node has read what
+        the senders' queues and sockets still held (a busy host drains a backlog)."""
+        from broker_spark.spool.relay_client import SpoolClient
+
+        host, port = self.relay.rsplit(":", 1)
+        deadline = time.monotonic() + timeout
+        with SpoolClient.tcp(host, int(port), None) as client:
+            client.hello("status", "bench")
+            last, since = -1, time.monotonic()
+            while time.monotonic() < deadline:
+                end = int(client.request("bounds")["end"])
+                if end != last:
+                    last, since = end, time.monotonic()
+                elif time.monotonic() - since >= quiet:
+                    return
+                time.sleep(0.2)
 
     def stop(self, sig: int) -> tuple[float, int | None]:
         """Seconds to exit, and (SIGTERM) the ZeroMQ messages it says it read."""
@@ -226,7 +247,7 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
         broker_conn.send("stop")
         sent, dropped = zmq_conn.recv()
         published, unpeered = broker_conn.recv()
-        time.sleep(3.0)  # what Zeek's queue held is delivered; the pumps append it
+        node.settle()  # what Zeek's queue and sockets held is delivered and appended
         took, read = node.stop(signal.SIGTERM)
         if read is not None and sig == signal.SIGTERM:
             read_total += read

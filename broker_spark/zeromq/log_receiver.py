@@ -106,6 +106,10 @@ TAKE_BYTES = 1024 * 1024
 _TURN = 64
 #: Milliseconds the thread waits for input before looking at its stop flag again.
 _POLL_MS = 100
+#: A planned stop reads until the connections were quiet this long (milliseconds), for at
+#: most _DRAIN_MAX seconds (a sender that never pauses).
+_QUIET_MS = 20
+_DRAIN_MAX = 1.5
 #: Seconds the thread waits for the consumer to take, when the queue is full, before it
 #: looks at its other sockets again (a take wakes it at once).
 _FULL_WAIT = 0.05
@@ -249,12 +253,18 @@ class ZeroMQLogReceiver:
                 self._cond.notify_all()
 
     def _last_reads(self) -> None:
-        """A planned stop: take all that ZeroMQ has received (whatever the queue holds), so
-        the connections' kernel buffers are as empty as they get; at once unbind (the
-        connections close: Zeek's PUSH routes to the other loggers and keeps what is due
-        here for when it is back), and take what arrived in between."""
-        while self._receive(limit=None):
-            pass
+        """A planned stop: take all that ZeroMQ receives (whatever the queue holds) until the
+        connections have been quiet for a moment (at most :data:`_DRAIN_MAX` seconds), so
+        the kernel's buffers at both ends, which a close would discard, are as empty as they
+        get: a busy host leaves a backlog there. Then at once unbind (the connections close:
+        Zeek's PUSH routes to the other loggers and keeps what is due here for when it is
+        back), and take what arrived in between."""
+        deadline = time.monotonic() + _DRAIN_MAX
+        while time.monotonic() < deadline:
+            if self._receive(limit=_TURN * 16):
+                continue
+            if not self._pull.poll(_QUIET_MS):
+                break  # nothing for a moment: what the senders had in flight is here
         with contextlib.suppress(zmq.ZMQError):
             self._pull.unbind(self.endpoint)
         while self._receive(limit=None):
