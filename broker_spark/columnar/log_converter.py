@@ -23,7 +23,12 @@ schema (built-in or learned at start) when its values have that layout, and
 counts as ``unnamed``; one that has another layout gets null log columns
 (typed; counted as a misfit) or positional names ``_1``, ``_2``... (generic).
 Bytes that are no record count as ``undecodable``; with ``mode=FAILFAST``
-both of these fail the query, naming the offset.
+both of these fail the query, naming the offset. A message a relay could not
+decode and kept (:mod:`~broker_spark.zeek.undecodable`: a newer Zeek's format, a
+sender's bad frames) is an **undecodable row** in the generic output: ``_path``
+is :data:`UNDECODABLE_PATH` and ``log`` a JSON object with its ``source``,
+``reason``, ``sender`` and ``frames`` (base64), so nothing a relay kept is out
+of sight; typed queries (one log's columns) have no place for it and count it.
 """
 
 from __future__ import annotations
@@ -56,8 +61,12 @@ from broker_spark.zeek.log_lines import group_lines
 from broker_spark.zeek.log_scan import LogGroup, LogScanner
 from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry, standard_schema
 from broker_spark.zeek.record import decode_values
+from broker_spark.zeek.undecodable import MAGIC, is_undecodable, unpack_undecodable
 
-__all__ = ["CHUNK_RECORDS", "LogConverter", "schema_id"]
+__all__ = ["CHUNK_RECORDS", "UNDECODABLE_PATH", "LogConverter", "schema_id"]
+
+#: The ``_path`` of a generic row that holds a message a relay could not decode.
+UNDECODABLE_PATH = "broker-spark:undecodable"
 
 log = logging.getLogger(__name__)
 
@@ -155,18 +164,24 @@ class LogConverter:
         offsets: Sequence[int],
     ) -> pa.RecordBatch:
         scanner = LogScanner(self.registry, self.paths, self.on_schema)
+        kept: list[int] = []  # messages a relay kept undecodable, shown as rows
+        show_kept = (
+            self.columns.generic and self.paths is None and MESSAGE not in self.columns.roles
+        )
 
         def broken(i: int) -> None:
             if self.strict:
                 raise RecordConversionError(
                     f"record at offset {offsets[i]}: the message is not valid Broker data"
                 )
+            if show_kept and is_undecodable(data[starts[i] : starts[i] + len(MAGIC)]):
+                kept.append(i)
 
         scanner.scan_all(data, starts, ends, senders, broken)
         self.undecodable += scanner.undecodable
         self.others += scanner.others
         groups = scanner.take_groups()
-        if not groups:
+        if not groups and not kept:
             return _empty(self.schema)
         # messages' bytes, decoded later; FAILFAST decodes here, to fail on a broken record
         if self.columns.generic and MESSAGE in self.columns.roles and not self.strict:
@@ -181,6 +196,8 @@ class LogConverter:
                 return rows
         buf = padded(data, ends[-1] if ends else 0)
         pieces: list[_Piece] = []
+        if kept:
+            pieces.append(_undecodable_piece(kept, data, starts, ends, senders, scanner.records))
         for group in groups:
             if self.columns.generic:
                 pieces.append(self._lines(group, buf, data, offsets))
@@ -371,6 +388,41 @@ class LogConverter:
             ]
             return pa.StructArray.from_arrays(children, fields=list(f.type))
         return arrange([_as(p.columns[name], f.type) for p in pieces])
+
+
+def _undecodable_piece(
+    kept: list[int],
+    data: bytes,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    senders: Sequence[str],
+    records: int,
+) -> _Piece:
+    """Rows for messages a relay kept undecodable, after every record found (``records``)."""
+    import base64
+    import json
+
+    lines = []
+    for i in kept:
+        try:
+            found = unpack_undecodable(data[starts[i] : ends[i]])
+            line = {
+                "source": found.source,
+                "reason": found.reason,
+                "sender": senders[i],
+                "frames": [base64.b64encode(f).decode("ascii") for f in found.frames],
+            }
+        except DecodeError as exc:
+            line = {"source": None, "reason": str(exc), "sender": senders[i], "frames": []}
+        lines.append(json.dumps(line, separators=(",", ":")))
+    n = len(kept)
+    piece = _Piece(
+        np.arange(records, records + n, dtype=np.int64),
+        np.asarray(kept, dtype=np.int64),
+        UNDECODABLE_PATH,
+    )
+    piece.columns["log"] = pa.array(lines, pa.string())
+    return piece
 
 
 def _first_only(piece: _Piece) -> pa.Array:
