@@ -89,6 +89,19 @@ def checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str,
             r["spool_B_mb"] <= (B_RETENTION + 2 * B_SEGMENT) / 2**20
         ),
         "the store read back as written": r["side"].get("keys_wrong", 1) == 0,
+        "each planned restart exited 0 having appended and synced all it read": all(
+            f["exit"] == 0 and f["kept_all_read"]
+            for f in r["faults"]
+            if f["kind"] == "planned-restart"
+        ),
+        "the full disk paused relay B, which said so and took again by itself": all(
+            f["paused"] and f["resumed"] and f["said_so"]
+            for f in r["faults"]
+            if f["kind"] == "full-disk"
+        ),
+        "every undecodable batch sent is kept in relay A's spool": (
+            r["undecodable"]["kept"] == r["undecodable"]["sent"]
+        ),
         "the WebSocket client's messages all arrived": (
             r["side"].get("ws_sent", 0) > 0
             and r["side"].get("ws_received") == r["side"].get("ws_sent")

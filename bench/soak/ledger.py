@@ -141,7 +141,10 @@ def account(
         for at, written, tag, relay in arrivals:
             if at < since:
                 continue
-            if fault.kind in ("kill-relay", "kill-receiver") and relay != fault.target:
+            if (
+                fault.kind in ("kill-relay", "kill-receiver", "planned-restart", "full-disk")
+                and relay != fault.target
+            ):
                 continue
             if fault.kind == "kill-sender" and tag != fault.target:
                 continue

@@ -22,7 +22,11 @@ The path, each part a real process on loopback:
   senders peer through cutting proxies too;
 * a WebSocket client and a store writer on the side.
 
-A seeded chaos loop meanwhile SIGKILLs and restarts relay ``B``, the driver
+A seeded chaos loop meanwhile SIGKILLs and restarts relay ``B``, stops it with
+SIGTERM and starts it again (a planned restart), fills the small file system its
+spool lives on (a tmpfs mounted for the run, as root) until it stops taking, then
+frees it, sends relay ``A`` batches it cannot decode (another serializer's, and
+real batches cut in half) among the good ones, SIGKILLs the driver
 (never its receiver, which the restarted driver finds again through the spool
 folder) and each sender in turn; SIGKILLs the receiver alone, which the query
 starts again from its spool at its next trigger; cuts the query's relay
@@ -34,8 +38,10 @@ At the end the senders stop, the queries catch up and stop, the receiver is
 stopped (``broker-spark receiver stop``'s way), and the checks run (the exit
 code says whether all passed):
 
-* every record sent is in the sink exactly once. Missing records are allowed
-  only where the design loses them, each counted by cause: in flight to a relay
+* every record sent is in the sink exactly once, with none missing around a
+  planned restart of a relay or a full disk (no cause is allowed there). Missing
+  records are allowed only where the design loses them, each counted by cause:
+  in flight to a relay
   or to the receiver or in a sender's socket when it was SIGKILLed, or on a
   Broker peering when it was cut (Zeek's transports acknowledge nothing: the
   same loss a real Zeek has), or dropped unread by retention while the driver
@@ -51,6 +57,9 @@ code says whether all passed):
 * the receiver ran once, plus once per kill of it, and each restarted driver
   attached to the one that ran on (the same pid, a reader of the new driver's
   attached);
+* each planned restart exited 0 having appended and synced all it read; the full
+  disk paused relay ``B`` (its log and status said so) and it took again by itself;
+  every undecodable batch sent is kept in relay ``A``'s spool;
 * the receiver stopped cleanly, and nothing of the run is left running or in
   the temporary folder.
 """
@@ -79,6 +88,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from checks import B_RETENTION, B_SEGMENT, checks, data_loss_warnings  # noqa: E402
+from disk import SmallDisk, undecodable_batches, undecodable_kept  # noqa: E402
 from faults import CuttingProxy, HostileClients  # noqa: E402
 from ledger import Fault, account  # noqa: E402
 from ports import free_port  # noqa: E402
@@ -107,6 +117,11 @@ class Soak:
         p = self.ports
         log = work / "logs"
         log.mkdir()
+        # Relay B's spool on a small file system of its own (a tmpfs, as root), which a
+        # fault fills; elsewhere in the run's folder, and that fault is left out.
+        self.small_disk = SmallDisk.mount(work / "disk-B", "64m")
+        self.spool_b = (self.small_disk.path if self.small_disk else work) / "spool-B"
+        self.undecodable_sent: list[list[bytes]] = []
         self.relay_a = Component(
             "relay-A",
             [*NODE, "--listen", f"127.0.0.1:{p['A']}", "--spool", str(work / "spool-A"),
@@ -117,7 +132,7 @@ class Soak:
         )  # fmt: skip
         self.relay_b = Component(
             "relay-B",
-            [*NODE, "--no-listen", "--spool", str(work / "spool-B"), "--subscribe", "zeek/logs/",
+            [*NODE, "--no-listen", "--spool", str(self.spool_b), "--subscribe", "zeek/logs/",
              "--relay", f"127.0.0.1:{p['rB']}", "--zeromq-logs", f"tcp://127.0.0.1:{p['zB']}",
              "--spool-segment", str(B_SEGMENT), "--spool-retention", str(B_RETENTION)],
             log / "relay-B.log", "^ready$",
@@ -224,7 +239,10 @@ class Soak:
         end = began + self.seconds
         kinds = [self.kill_relay, self.kill_receiver, self.kill_driver, self.kill_zeromq_sender,
                  self.kill_broker_sender, self.kill_receiver_sender, self.cut_connections,
-                 self.hostile_burst]  # fmt: skip
+                 self.hostile_burst, self.restart_relay, self.restart_relay,
+                 self.undecodable_burst]  # fmt: skip
+        if self.small_disk is not None:
+            kinds.append(self.fill_disk)
         todo: list[Any] = []
         filled = middle_sampled = False
         self._sample()
@@ -264,6 +282,84 @@ class Soak:
         self.faults.append(fault)
         # What was in flight to B (its socket buffers, ZeroMQ's queue) is lost upstream.
         self.windows.append(("in flight to a killed relay", "*", fault.at - 5, fault.restarted + 2))
+
+    def restart_relay(self) -> None:
+        """A planned restart of relay B (SIGTERM, as systemctl restart): nothing it read may
+        be lost, so no window is opened: a record missing around it fails the run."""
+        fault = Fault("planned-restart", "B", time.time())
+        at = self.relay_b.log.stat().st_size
+        code = self.relay_b.stop(60)
+        with self.relay_b.log.open("rb") as f:
+            f.seek(at)
+            said = f.read().decode(errors="replace")
+        time.sleep(self.rng.uniform(0.5, 3.0))
+        self.relay_b.start()
+        fault.restarted = time.time()
+        fault.detail = {
+            "exit": code,
+            "kept_all_read": "everything read is appended and synced" in said,
+        }
+        self.faults.append(fault)
+
+    def fill_disk(self) -> None:
+        """Relay B's file system filled to under its free-space floor: B stops taking (Zeek's
+        PUSH sends to A meanwhile), says so, and takes again once the filler is gone. No
+        window is opened: nothing may be lost."""
+        assert self.small_disk is not None
+        fault = Fault("full-disk", "B", time.time())
+        at = self.relay_b.log.stat().st_size
+        self.small_disk.fill(leave=1 << 20)  # the floor: 5% of 64 MiB, 3.2 MiB
+        paused = self._relay_b_paused(True, 30)
+        time.sleep(self.rng.uniform(5, 10))
+        self.small_disk.free()
+        resumed = self._relay_b_paused(False, 60)
+        fault.restarted = time.time()
+        with self.relay_b.log.open("rb") as f:
+            f.seek(at)
+            said = f.read().decode(errors="replace")
+        fault.detail = {
+            "paused": paused,
+            "resumed": resumed,
+            "said_so": "taking nothing more until there is room" in said and "taking again" in said,
+        }
+        self.faults.append(fault)
+
+    def _relay_b_paused(self, want: bool, timeout: float) -> bool:
+        from broker_spark.spool.relay_client import SpoolClient
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with SpoolClient.tcp("127.0.0.1", self.ports["rB"], None) as client:
+                    client.hello("status", "soak")
+                    if bool(client.request("status").get("paused")) == want:
+                        return True
+            except Exception:  # noqa: BLE001 - restarting: ask again
+                pass
+            self._wait_until(time.time() + 0.5)
+        return False
+
+    def undecodable_burst(self) -> None:
+        """Batches relay A cannot decode (another serializer's, real batches cut in half)
+        among good ones: every one must be kept in its spool."""
+        import zmq
+
+        fault = Fault("undecodable", "A", time.time())
+        batches = undecodable_batches(self.rng)
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.linger = 10_000
+        push.connect(f"tcp://127.0.0.1:{self.ports['zA']}")
+        try:
+            for frames in batches:
+                push.send_multipart(frames)
+        finally:
+            push.close()
+            ctx.term()
+        self.undecodable_sent += batches
+        fault.restarted = time.time()
+        fault.detail = {"sent": len(batches)}
+        self.faults.append(fault)
 
     def kill_receiver(self) -> None:
         """SIGKILL the receiver of the second query's spoolPath (only it: the driver goes on);
@@ -375,7 +471,7 @@ class Soak:
         self.query.start(240)
         fault.restarted = time.time()
         fault.detail = self.receiver.reattached(receiver, self.query.pids)
-        fault.detail["spool_B_mb"] = round(_size(self.work / "spool-B") / 2**20, 2)
+        fault.detail["spool_B_mb"] = round(_size(self.spool_b) / 2**20, 2)
         self.faults.append(fault)
         self.windows.append(("dropped unread by retention", "*", fault.at - 5, fill_end + 2))
 
@@ -415,7 +511,7 @@ class Soak:
         import sqlite3
 
         since = fault.restarted or fault.at
-        if fault.kind == "kill-relay":
+        if fault.kind in ("kill-relay", "planned-restart", "full-disk"):
             sql, args = "SELECT MAX(written) FROM rows WHERE relay = ?", (self.relay_ids["B"],)
         elif fault.kind == "kill-receiver":
             sql, args = "SELECT MAX(written) FROM rows WHERE relay = ?", (RECEIVER_SOURCE,)
@@ -503,6 +599,10 @@ class Soak:
         receiver_stop = self.receiver.stop(self.receiver_pid)
         for c in (self.relay_a, self.relay_b):
             c.stop(60)
+        kept = undecodable_kept(self.work / "spool-A", self.undecodable_sent)
+        spool_b_mb = round(_size(self.spool_b) / 2**20, 2)
+        if self.small_disk is not None:
+            self.small_disk.unmount()
         for proxy in self._all_proxies():
             proxy.close()
         self.hostile.release()
@@ -564,7 +664,9 @@ class Soak:
             "hostile_connections": self.hostile.connections,
             "hostile": self.hostile_checks,
             "side": side,
-            "spool_B_mb": round(_size(self.work / "spool-B") / 2**20, 2),
+            "spool_B_mb": spool_b_mb,
+            "undecodable": {"sent": len(self.undecodable_sent), "kept": kept},
+            "small_disk": self.small_disk is not None or SmallDisk.why_not,
             "receiver": {
                 "starts": receiver_starts,
                 "gone_on_its_own": self.receiver_unexpected,
@@ -618,6 +720,8 @@ class Soak:
         for proxy in self._all_proxies():
             proxy.close()
         self.hostile.release()
+        if self.small_disk is not None:
+            self.small_disk.unmount()
 
 
 def _count(items: Any) -> dict[str, int]:
