@@ -109,6 +109,9 @@ class SpoolPump:
         self._guard = guard
         self._stop = threading.Event()
         self._finishing = threading.Event()
+        #: a source without ``finish`` (a subscription) is drained when it has been idle; one
+        #: with it (the ZeroMQ receiver) says so itself, raising ShutdownError once empty
+        self._ends_when_idle = getattr(subscription, "finish", None) is None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._appended = 0
         self._appended_cond = threading.Condition()
@@ -140,7 +143,7 @@ class SpoolPump:
                     items = take(self._batch, _DRAINED_WAIT if finishing else _IDLE_WAIT, clock)
                 except ShutdownError:
                     break
-                if not items and finishing:
+                if not items and finishing and self._ends_when_idle:
                     break  # the source is empty: everything it handed over is appended
                 if items:
                     self._append_kept(append, items)
@@ -214,7 +217,7 @@ class SpoolPump:
         appended, the spool synced; True when all of that happened within ``timeout``
         seconds (else the pump is stopped as :meth:`stop` does, and what is left is lost)."""
         deadline = time.monotonic() + timeout
-        _finish_source(self._subscription, min(5.0, timeout))
+        _finish_source(self._subscription, timeout)
         self._finishing.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(max(0.0, deadline - time.monotonic()))

@@ -60,9 +60,12 @@ CURVE), is counted in :attr:`refused` and logged with its address.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import itertools
 import logging
+import termios
 import threading
 import time
 from collections import deque
@@ -108,11 +111,13 @@ _TURN = 64
 _POLL_MS = 100
 #: A planned stop reads until the connections were quiet this long (milliseconds), for at
 #: most _DRAIN_MAX seconds (a sender that never pauses).
-_QUIET_MS = 20
-_DRAIN_MAX = 1.5
+_QUIET_MS = 10
+_DRAIN_MAX = 5.0
 #: Seconds the thread waits for the consumer to take, when the queue is full, before it
 #: looks at its other sockets again (a take wakes it at once).
 _FULL_WAIT = 0.05
+#: Monitor events that name an accepted connection's descriptor, and its end.
+_CONNECTIONS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 _HANDSHAKE_FAILURES = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -177,6 +182,7 @@ class ZeroMQLogReceiver:
         self._stop = threading.Event()
         self._finish = threading.Event()
         self._new_curve: CurveKeys | None = None  # keys a reload handed over, for the thread
+        self._fds: set[int] = set()  # the accepted connections' descriptors (the monitor's)
         self._closed = False
         self._senders: dict[bytes, str] = {}
         self._context = zmq.Context(io_threads=1)
@@ -189,7 +195,7 @@ class ZeroMQLogReceiver:
             if curve is not None:
                 self._zap = ZapHandler(self._context, curve.client_publickey, self._refuse)
                 curve.configure_server(self._pull)
-            self._monitor = self._pull.get_monitor_socket(_HANDSHAKE_FAILURES)
+            self._monitor = self._pull.get_monitor_socket(_HANDSHAKE_FAILURES | _CONNECTIONS)
             try:
                 self._pull.bind(_wildcard_port(bind))
             except zmq.ZMQError as exc:
@@ -263,8 +269,12 @@ class ZeroMQLogReceiver:
         while time.monotonic() < deadline:
             if self._receive(limit=_TURN * 16):
                 continue
+            self._handshake_events()  # connections accepted or gone meanwhile
+            if self._unread():  # in the kernel, not yet through ZeroMQ: give it a moment
+                time.sleep(0.001)
+                continue
             if not self._pull.poll(_QUIET_MS):
-                break  # nothing for a moment: what the senders had in flight is here
+                break  # nothing for a moment, nothing unread: what was in flight is here
         with contextlib.suppress(zmq.ZMQError):
             self._pull.unbind(self.endpoint)
         while self._receive(limit=None):
@@ -315,6 +325,12 @@ class ZeroMQLogReceiver:
             except zmq.Again:
                 return
             kind = event["event"]
+            if kind == zmq.EVENT_ACCEPTED:  # its descriptor: what is unread in its buffer
+                self._fds.add(int(event["value"]))
+                continue
+            if kind in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                self._fds.discard(int(event["value"]))
+                continue
             address = event.get("endpoint", b"")
             where = address.decode("utf-8", "replace") if isinstance(address, bytes) else address
             if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -331,6 +347,20 @@ class ZeroMQLogReceiver:
                 where,
                 why,
             )
+
+    def _unread(self) -> int:
+        """Bytes the kernel holds for the accepted connections that ZeroMQ has not read yet
+        (``FIONREAD`` on their descriptors, which the monitor names)."""
+        total = 0
+        size = array.array("i", [0])
+        for fd in list(self._fds):
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, size, True)
+            except OSError:  # closed meanwhile
+                self._fds.discard(fd)
+                continue
+            total += size[0]
+        return total
 
     def reload_curve(self, curve: CurveKeys) -> None:
         """New connections are let in with these CURVE keys (SIGHUP): the server secret key
