@@ -390,12 +390,21 @@ class ZeroMQLogReceiver:
         )
 
     def _close_sockets(self) -> None:
-        for name in ("_monitor", "_pull"):
-            sock = getattr(self, name, None)
+        """Stop the monitor while its reading end is open and drained, then close: libzmq
+        sends each event blocking (no peer, or a full pipe, blocks its I/O thread) under the
+        lock that stopping the monitor takes, so closing the reading end first can hang the
+        stop when a connection's end is reported meanwhile (as it is after the unbind)."""
+        monitor = getattr(self, "_monitor", None)
+        pull = getattr(self, "_pull", None)
+        if pull is not None:
+            if monitor is not None:
+                with contextlib.suppress(zmq.ZMQError):
+                    while True:
+                        monitor.recv_multipart(zmq.NOBLOCK)  # make room: until Again
+            with contextlib.suppress(zmq.ZMQError):
+                pull.disable_monitor()
+        for sock in (monitor, pull):
             if sock is not None:
-                if name == "_pull":
-                    with contextlib.suppress(zmq.ZMQError):
-                        sock.disable_monitor()
                 sock.close(0)
         zap = getattr(self, "_zap", None)
         if zap is not None:
