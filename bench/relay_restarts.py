@@ -37,6 +37,10 @@ into the spool, in process) offered batches as fast as a sender can, with
 the defaults (a 1 MiB queue, rcvhwm 100, a 64 KiB receive buffer) against the
 previous ones (256 MiB, 1000, the kernel's autotuned buffer), in the same run:
 the ratio of their rates.
+
+To find when the lost batches were sent, set ``RESTARTS_TRACE=FILE``: the sender
+numbers each batch (its last 4 bytes) and writes when it sent it to FILE, and the
+bench prints, for each batch the spool lacks, the seconds since the stop before it.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ def _free_port() -> int:
 # --- the senders --------------------------------------------------------------------------
 
 
-def _zmq_sender(endpoint: str, rate: float, conn: Any) -> None:
+def _zmq_sender(endpoint: str, rate: float, conn: Any, trace: str = "") -> None:
     import zmq
     from zeek_recordings import ZMQ_LOGS, zmq_messages
 
@@ -85,19 +89,27 @@ def _zmq_sender(endpoint: str, rate: float, conn: Any) -> None:
     conn.send("ready")
     sent = dropped = 0
     began = time.monotonic()
+    times = open(trace, "w") if trace else None  # noqa: SIM115 - closed below
     while not conn.poll(0):
         ahead = began + (sent + dropped) / rate - time.monotonic()
         if ahead > 0:
             time.sleep(min(ahead, 0.05))
             continue
+        frames = messages[(sent + dropped) % len(messages)]
+        if times is not None:  # each batch's last 4 bytes its number, to find the lost ones
+            frames = [frames[0], frames[1], frames[2], frames[3][:-4] + sent.to_bytes(4, "big")]
         try:
-            push.send_multipart(messages[(sent + dropped) % len(messages)], zmq.NOBLOCK)
+            push.send_multipart(frames, zmq.NOBLOCK)
+            if times is not None:
+                times.write(f"{sent} {time.time():.4f}\n")
             sent += 1
         except zmq.Again:  # Zeek: "Failed to send log write. HWM reached?"
             dropped += 1
     conn.recv()
     push.close()  # lingers: Zeek's queue for a node that is back is delivered
     ctx.term()
+    if times is not None:
+        times.close()
     conn.send((sent, dropped))
 
 
@@ -224,10 +236,19 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
     zmq_conn, zmq_far = mp.Pipe()
     broker_conn, broker_far = mp.Pipe()
     senders = [
-        mp.Process(target=_zmq_sender, args=(f"tcp://127.0.0.1:{zmq_port}", rate, zmq_far)),
+        mp.Process(
+            target=_zmq_sender,
+            args=(
+                f"tcp://127.0.0.1:{zmq_port}",
+                rate,
+                zmq_far,
+                os.environ.get("RESTARTS_TRACE", ""),
+            ),
+        ),
         mp.Process(target=_broker_sender, args=(listen, broker_rate, broker_far)),
     ]
     stop_times: list[float] = []
+    marks: list[float] = []
     read_total = 0
     try:
         node.start()
@@ -237,6 +258,7 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
         broker_conn.recv()
         for _ in range(restarts):
             time.sleep(period)
+            marks.append(time.time())  # when each stop began
             took, read = node.stop(sig)
             stop_times.append(took)
             if read is not None:
@@ -253,11 +275,13 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
             read_total += read
         with Spool(work / "spool", readonly=True) as view:
             zmq_spooled = broker_spooled = 0
+            seen: set[int] = set()
             for record in view.iter_records(view.start_offset(), view.end_offset()):
                 if record.topic == BROKER_TOPIC:
                     broker_spooled += 1
                 else:
                     zmq_spooled += 1
+                    seen.add(int.from_bytes(bytes(record.payload[-4:]), "big"))
     finally:
         for p in senders + spinners:
             if p.is_alive():
@@ -267,6 +291,16 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
             node.proc.kill()
             node.proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
+    trace = os.environ.get("RESTARTS_TRACE")
+    if trace:  # each lost batch: when it was sent, against the stop before it
+        lost_at = []
+        with open(trace) as lines:
+            for line in lines:
+                n, at = line.split()
+                if int(n) not in seen:
+                    before = max((m for m in marks if m <= float(at)), default=None)
+                    lost_at.append(round(float(at) - before, 3) if before else None)
+        print("lost, seconds after the last stop began:", lost_at[:400], file=sys.stderr)
     out: dict[str, Any] = {
         "mode": "SIGTERM" if sig == signal.SIGTERM else "SIGKILL",
         "restarts": restarts,
