@@ -32,6 +32,8 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "zeek_logs": ("--quick",),
     "zeromq_logs": ("--seconds", "2"),
     "relay": ("--quick",),
+    "relay_restarts": ("--restarts", "2", "--period", "2", "--pacing-seconds", "1"),
+    "spool_durability": ("--seconds", "1"),
     "spark_cluster": ("--quick",),
     "live_zeek": ("--quick",),
 }
