@@ -423,6 +423,16 @@ def _log_writes(path: str) -> list[bytes]:
     return [head + encode_varbyte(len(s)) + s for s in serials]
 
 
+#: The ways the tables are written: the Parquet path (the tasks write Parquet with Arrow),
+#: and Spark's writer handed the tasks' typed columns (ORC; Spark's Parquet), the path of
+#: Delta and Iceberg tables, whose jars cannot be fetched on these machines.
+TABLE_WAYS: dict[str, dict[str, Any]] = {
+    "tables": {},
+    "tables_orc": {"table_format": "orc"},
+    "tables_spark_parquet": {"spark_writer": True},
+}
+
+
 def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     """The mix read from a relay into ``noop`` and into a table per log, taking turns."""
     import shutil
@@ -439,7 +449,8 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     messages = _mix_spool(spool, rows)
     records = sum(rows * n // sum(TABLES_MIX.values()) for n in TABLES_MIX.values())
     relay = _Relay(spool, 8)
-    runs: dict[str, list[dict[str, Any]]] = {"noop": [], "noop_messages": [], "tables": []}
+    runs: dict[str, list[dict[str, Any]]] = {"noop": [], "noop_messages": []}
+    runs.update({kind: [] for kind in TABLE_WAYS})
 
     def source() -> Any:
         return (
@@ -468,14 +479,15 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
                     spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(work) / db}'")
                     query = write_zeek_tables(
                         source(),
-                        str(Path(work) / f"checkpoint-{i}"),
+                        str(Path(work) / f"checkpoint-{kind}-{i}"),
                         table=db + ".{path}",
                         quarantine=db + ".quarantine",
                         trigger={"availableNow": True},
+                        **TABLE_WAYS[kind],
                     )
                 _rate, stream_rows, seconds = _sustained(run_to_end(query, sampler, 900))
                 got = stream_rows  # noop: a row a record
-                if kind == "tables":
+                if kind in TABLE_WAYS:
                     got = sum(spark.table(f"{db}.{p}").count() for p in TABLES_MIX)
                     spark.sql(f"DROP DATABASE {db} CASCADE")
                 if kind == "noop_messages":  # a row a message's log: noop counts no records
@@ -497,7 +509,8 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     best = {k: max(v, key=lambda r: r["rows_per_s"]) for k, v in runs.items()}
     best["messages"] = messages
     best["mix"] = TABLES_MIX
-    best["tables_vs_noop"] = best["tables"]["rows_per_s"] / best["noop"]["rows_per_s"]
+    for kind in TABLE_WAYS:
+        best[f"{kind}_vs_noop"] = best[kind]["rows_per_s"] / best["noop"]["rows_per_s"]
     return best
 
 
@@ -557,7 +570,7 @@ def _table(r: dict[str, Any]) -> None:
         print()
         print("| relay to | rows/s | against noop (target 0.6x) | CPU us/row |")
         print("| --- | ---: | ---: | --- |")
-        for kind in ("noop", "noop_messages", "tables"):
+        for kind in ("noop", "noop_messages", *TABLE_WAYS):
             run = x[kind]
             ratio = f"{run['rows_per_s'] / x['noop']['rows_per_s']:.2f}x"
             cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())

@@ -345,3 +345,76 @@ def test_write_zeek_tables_reads_a_relay_into_a_table_per_log(spark, db, tmp_pat
         positions = spark.table(table).select(*KEYS).collect()
         assert len(positions) == len(set(positions)) == len(lines)
     assert not spark.catalog.tableExists(f"{db}.quarantine")
+
+
+def _every_row(spark: Any, table: str) -> list[tuple]:  # noqa: F811
+    df = spark.table(table)
+    return sorted(map(tuple, df.select(*sorted(df.columns)).collect()), key=repr)
+
+
+def _written_three_ways(spark: Any, db: str, tmp: Path, key: str, messages: list) -> list[str]:  # noqa: F811
+    """``messages`` written by the Parquet path (Arrow's tasks), into ORC and into Spark's
+    Parquet (Spark's writer, as Delta's and Iceberg's): the three tables' prefixes."""
+    ways = {"arrow": {}, "orc": {"table_format": "orc"}, "spark": {"spark_writer": True}}
+    for way, kw in ways.items():
+        tables = ZeekTables(
+            checkpoint=str(tmp / f"{key}-{way}"),
+            table=f"{db}.{key}_{way}_{{path}}",
+            quarantine=None,
+            **kw,
+        )
+        tables(batch_of(spark, messages), 0)
+    return [f"{db}.{key}_{way}_" for way in ways]
+
+
+def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path) -> None:  # noqa: F811
+    """ORC and Spark's own Parquet writer (the path of Delta and Iceberg tables) are handed
+    the tasks' typed columns: every column of every row equals the Parquet path's, positions
+    and days included. One recording here; every recording in the slow test below."""
+    rec = recording("zeek-logs-http-methods")
+    arrow, orc, spark_parquet = _written_three_ways(
+        spark, db, tmp_path, "h", broker_messages("zeek-logs-http-methods")
+    )
+    for path in rec.writes:
+        expected = _every_row(spark, arrow + path)
+        assert len(expected) == len(rec.local_lines(path))
+        assert _every_row(spark, orc + path) == expected, path
+        assert _every_row(spark, spark_parquet + path) == expected, path
+
+
+@pytest.mark.slow  # every log of three recordings, three ways: 30 s (make test-slow)
+def test_spark_writers_take_every_recorded_log_as_the_parquet_path(spark, db, tmp_path) -> None:  # noqa: F811
+    """Both Broker recordings and the ZeroMQ one, through ORC and Spark's Parquet: each log's
+    table equal, column for column, to the Parquet path's, which is Zeek's own log."""
+    sources = {
+        "b1": (broker_messages("zeek-logs-http-methods"), recording("zeek-logs-http-methods")),
+        "b2": (broker_messages("zeek-logs-dns-edns-ecs"), recording("zeek-logs-dns-edns-ecs")),
+        "z": (zmq_log_messages(), None),
+    }
+    for key, (messages, rec) in sources.items():
+        arrow, *others = _written_three_ways(spark, db, tmp_path, key, messages)
+        paths = rec.writes if rec is not None else ("conn", "http", "files")
+        for path in paths:
+            lines = rec.local_lines(path) if rec is not None else zmq_local_lines(ZMQ_LOGS, path)
+            assert logged(spark, arrow + path) == zeeks_own(spark, lines, path, tmp_path), path
+            expected = _every_row(spark, arrow + path)
+            for prefix in others:
+                assert _every_row(spark, prefix + path) == expected, (prefix, path)
+
+
+@pytest.mark.parametrize("table_format", [None, "orc"])
+def test_a_table_is_fresh_in_the_session_that_reads_it(spark, db, tmp_path, table_format) -> None:  # noqa: F811
+    """A streaming query's batches run in a session of their own (a clone of the query's):
+    after each commit, the reading session (here the test's, as a notebook's ``spark``)
+    counts what the commit added, with no REFRESH TABLE, new columns included."""
+    from broker_spark.zeek import standard_schema
+
+    batches = spark.newSession()  # the session foreachBatch hands a batch in
+    schema = standard_schema("conn")
+    tables = writer(db, tmp_path, table_format=table_format)
+    tables(batch_of(batches, _conn_batch(schema, _conn_rows(3))), 0)
+    assert spark.table(f"{db}.conn").count() == 3
+    wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
+    tables(batch_of(batches, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
+    assert spark.table(f"{db}.conn").count() == 5
+    assert spark.table(f"{db}.conn").where("site = 'dc-1'").count() == 2

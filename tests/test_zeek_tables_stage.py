@@ -326,3 +326,27 @@ def test_days_follow_the_sessions_time_zone() -> None:
     stager = _Stager("", 0, (), "nested", "9.1", "America/New_York")
     midnight_utc = pa.array([1_700_006_400_000_000], pa.timestamp("us", tz="UTC"))
     assert stager._days(midnight_utc).to_pylist()[0].isoformat() == "2023-11-14"
+
+
+def test_typed_rows_make_the_same_columns_every_time() -> None:
+    """One log's message rows made typed twice by one TypedRows (a task's second chunk, a
+    group's second flush): the same columns both times, the metadata once each."""
+    from broker_spark.spark.tables.typed_rows import TypedRows
+
+    name = "zeek-logs-http-methods"
+    data = recording(name).data
+    schema = next(
+        LogCreate(decode(p)).schema()
+        for _t, p in data
+        if is_log_create(p) and LogCreate(decode(p)).schema().path == "conn"
+    )
+    rows = pa.Table.from_batches(
+        [_convert(table_input_schema(runs=True, messages=True), data, paths=["conn"])]
+    )
+    rows = rows.filter(pc.equal(rows.column("_path"), "conn"))
+    typer = TypedRows("conn", schema, KEPT_METADATA, "nested", "9.1")
+    first, second = typer.typed(rows), typer.typed(rows)
+    assert first.num_rows == len(recording(name).writes["conn"]) > 0
+    assert first.column_names == second.column_names
+    assert first.column_names[-len(KEPT_METADATA) :] == list(KEPT_METADATA)
+    assert first.equals(second)

@@ -81,7 +81,6 @@ class MarkedTable:
             prefix = f"b{batch_id:012d}-{tag}-" if tag else f"b{batch_id:012d}-"
             days |= _move_files(root, location, prefix)
         self._add_partitions(days)
-        self.spark.catalog.refreshTable(self.name)
         os.makedirs(self.state, exist_ok=True)
         partial = marker + ".partial"
         with open(partial, "w", encoding="ascii") as f:

@@ -4,14 +4,10 @@ The writer's fast path (:mod:`~broker_spark.spark.tables.writer`, for tables of
 Parquet files): one Spark job (``mapInArrow``) in which each task groups its
 rows by log and columns (``_path``, ``log_schema_id``), makes each group's rows
 the log's typed columns and writes them, with the row's position and a ``day``
-folder, under ``<folder>/<log>/<schema id>/day=<day>/``. The rows may be
-messages' bytes (a ``message`` column: a message's records of one log, the form
-``write_zeek_tables`` reads), decoded by the reader's own converter
-(:class:`~broker_spark.spark.tables.message_decode.TypedMessages`); or JSON lines,
-a record a row or runs of a message's records (a ``records`` column), parsed by
-Arrow's JSON reader (:mod:`~broker_spark.columnar.log_json`). Each record
-gets its own row and ``record`` index back
-(:func:`~broker_spark.columnar.log_line_runs.run_positions`), and a group's size
+folder, under ``<folder>/<log>/<schema id>/day=<day>/``. The rows are made
+typed as Spark's writers get them (:class:`~broker_spark.spark.tables.typed_rows.TypedRows`:
+messages' bytes by the reader's own converter, JSON lines by Arrow's JSON
+reader, each record its own row and ``record`` index), and a group's size
 counts records. No cache, no sort, no JVM parse. The
 driver gets one report row per task and group (what was written, the columns'
 JSON, or why the group was not) and decides what goes into which table: a
@@ -40,10 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_spark.columnar.log_json import parse_lines
-from broker_spark.columnar.log_line_runs import run_positions
 from broker_spark.columnar.log_metadata import learn_schema_texts
-from broker_spark.spark.tables.message_decode import TypedMessages
+from broker_spark.spark.tables.typed_rows import NotTyped, TypedRows, record_count
 from broker_spark.spark.zeek_schema import MESSAGE, RECORDS, RELAY_METADATA, metadata_names
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
 
@@ -83,11 +77,7 @@ class _Group:
     schema: LogSchema | None = None
     schema_json: str | None = None
     error: str | None = None
-    decoder: TypedMessages | None = None
-
-
-class _NotTyped(Exception):
-    """Why a group's rows were not made typed here (Spark writes the group instead)."""
+    typer: TypedRows | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +172,7 @@ class _Stager:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = _Group(path, sid)
-        records = _record_count(rows)
+        records = record_count(rows)
         group.rows += records
         if group.error is not None:
             return
@@ -209,59 +199,15 @@ class _Stager:
         if schema is None:  # the driver decides (no columns at all: the quarantine)
             group.error = "the log's columns are not known in this partition"
             return
-        rows = pa.Table.from_batches(parts)
-        pieces = [rows]
-        lines = rows.column(MESSAGE).null_count if MESSAGE in rows.column_names else 0
-        if 0 < lines < rows.num_rows:  # messages' bytes, and lines (a partition read so)
-            as_bytes = rows.column(MESSAGE).is_valid()
-            pieces = [rows.filter(as_bytes), rows.filter(pc.invert(as_bytes))]
+        if group.typer is None:
+            group.typer = TypedRows(group.path, schema, self.keep, self.columns, self.zeek_version)
         try:
-            made = [self._typed(group, schema, piece) for piece in pieces]
-        except _NotTyped as exc:
+            table = group.typer.typed(pa.Table.from_batches(parts))
+            days = self._days(_when(table, schema, self.keep))
+        except NotTyped as exc:
             group.error = str(exc)
             return
-        if any(table.schema != made[0][0].schema for table, _days in made[1:]):
-            group.error = "its lines and its messages gave other columns"
-            return
-        table = pa.concat_tables([table for table, _days in made])
-        self._write(group, table, pa.concat_arrays([days for _table, days in made]))
-
-    def _typed(self, group: _Group, schema: LogSchema, rows: pa.Table) -> tuple[pa.Table, pa.Array]:
-        """``rows`` (lines, runs of lines or messages' bytes) as the log's typed columns
-        and the kept metadata, a row a record; and each row's day."""
-        kept = {meta: rows.column(meta).combine_chunks() for meta in self.keep}
-        records = None
-        if RECORDS in rows.column_names:  # runs of records: each record its own row again
-            counts = rows.column(RECORDS).combine_chunks().to_numpy(zero_copy_only=False)
-            which, index = run_positions(counts)
-            records = len(which)
-            kept = {meta: values.take(pa.array(which)) for meta, values in kept.items()}
-            if "record" in kept:
-                firsts = kept["record"].to_numpy(zero_copy_only=False)
-                kept["record"] = pa.array(firsts + index, kept["record"].type)
-        if MESSAGE in rows.column_names and rows.column(MESSAGE).null_count == 0:
-            if group.decoder is None:
-                group.decoder = TypedMessages(group.path, schema, self.columns, self.zeek_version)
-            try:
-                names, arrays = group.decoder.decode(rows, records or 0)
-            except ValueError as exc:
-                raise _NotTyped(f"not decoded as its columns say: {exc}") from None
-        else:
-            try:
-                lines = rows.column("log").combine_chunks()
-                names, arrays = parse_lines(lines, schema, self.columns, records)
-            except (pa.ArrowException, ValueError) as exc:
-                raise _NotTyped(f"not read by Arrow's JSON reader: {exc}") from None
-        named = metadata_names(names, optional=(RELAY_METADATA,))
-        for meta in self.keep:
-            names.append(named[meta])
-            arrays.append(kept[meta])
-        table = pa.Table.from_arrays(arrays, names=names)
-        # the day of the record's time (a log of a site's own may have no ts: its arrival)
-        when = table.column("ts") if "ts" in schema.names else kept["received_at"]
-        if not pa.types.is_timestamp(when.type):  # a site's ts of its own: Spark's to_date
-            raise _NotTyped(f"its ts is {when.type}, not a time")
-        return table, self._days(when)
+        self._write(group, table, days)
 
     def _days(self, when: Any) -> pa.Array:
         """Each row's day in the session's time zone, as its partition folder names it."""
@@ -310,11 +256,17 @@ class _Stager:
         )
 
 
-def _record_count(rows: pa.RecordBatch) -> int:
-    """The records ``rows`` hold: a row each, or a run each (a ``records`` column)."""
-    if RECORDS not in rows.schema.names:
-        return rows.num_rows
-    return int(pc.sum(rows.column(RECORDS)).as_py() or 0)
+def _when(table: pa.Table, schema: LogSchema, keep: Sequence[str]) -> Any:
+    """The time a row's day is of: its ``ts`` (a log of a site's own may have no ts: its
+    arrival); raises :class:`NotTyped` for a ts that is not a time (Spark's to_date)."""
+    if "ts" in schema.names:
+        when = table.column("ts")
+    else:
+        names = [f.name for f in table.schema][: len(table.schema) - len(keep)]
+        when = table.column(metadata_names(names, optional=(RELAY_METADATA,))["received_at"])
+    if not pa.types.is_timestamp(when.type):
+        raise NotTyped(f"its ts is {when.type}, not a time")
+    return when
 
 
 def _runs(codes: np.ndarray) -> list[tuple[int, int, int]]:

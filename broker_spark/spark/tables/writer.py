@@ -33,14 +33,18 @@ How a batch is written depends on the tables' format. Parquet tables (Spark's
 default): one job in which each task decodes its rows into each log's typed
 columns and writes its Parquet files under the checkpoint
 (:mod:`~broker_spark.spark.tables.stage`), then the driver moves each
-table's files in. A group of rows the task refuses (a record that does not
-decode as its columns say, a count past 2^63), or whose columns clash with its
-table, is taken from the batch by Spark instead. Delta and the other formats:
-the batch is rendered into Zeek's JSON lines and split into a row a record
-(:func:`each_record`) and cached, and each table's rows are parsed by Spark
-(``from_json``) and written by Spark's writer. :class:`ZeekTables` also takes a
-stream of runs of JSON lines (``table_input_schema(runs=True)``) or of a row a
-record (``table_input_schema()``).
+table's files in. Delta, Iceberg, ORC and any other format (and Parquet with
+``spark_writer``): the batch's rows are kept (a row per log of each message),
+and each table's rows are made typed by the tasks with the same code
+(:mod:`~broker_spark.spark.tables.typed_frames`, a ``mapInArrow`` per log) and
+written by Spark's writer, no JSON in between. Either way, rows a task refuses
+(a record that does not decode as its columns say, a count past 2^63) are
+parsed by Spark from their JSON lines, and rows whose columns clash with their
+table go to the quarantine as JSON lines (:func:`each_record`). After each
+commit the table is refreshed in the sessions that read it (:mod:`.freshness`).
+:class:`ZeekTables` also takes a stream of runs of JSON lines
+(``table_input_schema(runs=True)``) or of a row a record
+(``table_input_schema()``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from broker_spark.spark.tables.columns import (
     table_types,
     with_metadata,
 )
+from broker_spark.spark.tables.freshness import jvm_session, refresh_everywhere
 from broker_spark.spark.tables.markers import (
     MarkedTable,
     TableMemory,
@@ -79,14 +84,12 @@ from broker_spark.spark.tables.stage import (
     safe_name,
     stage_partition,
 )
+from broker_spark.spark.tables.typed_frames import typed_frame
 from broker_spark.spark.zeek_schema import (
     GENERIC_LOG_FIELDS,
     MESSAGE,
     OPTIONAL_METADATA,
     RECORDS,
-    RELAY_METADATA,
-    metadata_names,
-    parse_zeek_json,
     zeek_log_schema,
 )
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
@@ -132,6 +135,8 @@ class ZeekTables:
     path does). ``zeek_version`` picks the built-in columns of Zeek's standard
     logs ("9.1", "9.0", "8.0") for a log the stream has not described.
     ``parallel`` tables are committed at once (1: one after the other).
+    ``spark_writer``: Parquet tables written by Spark's own writer too (what Delta,
+    Iceberg and ORC tables always are), not by the tasks with Arrow.
     """
 
     checkpoint: str
@@ -143,17 +148,34 @@ class ZeekTables:
     app_id: str = ""
     #: Tables written at once (their Spark jobs overlap; 1: one after the other).
     parallel: int = 4
+    spark_writer: bool = False
     #: Called after each table's write of a batch (tests inject faults there).
     after_table: Callable[[str, int], None] | None = None
     _schemas: dict[str, LogSchema] = field(default_factory=dict, repr=False)
     _known: dict[str, TableMemory] = field(default_factory=dict, repr=False)
     _clashes: set[str] = field(default_factory=set, repr=False)
+    #: JVM sessions that read the tables (the query's own), refreshed after each commit.
+    _sessions: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if "{path}" not in self.table:
             raise ZeekTableError(f"table {self.table!r} must name the log: put {{path}} in it")
         if not self.app_id:
             self.app_id = "broker-spark-zeek-tables:" + self.checkpoint
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Spark Connect ships the writer to the server): without JVM sessions."""
+        state = dict(self.__dict__)
+        state["_sessions"] = []
+        return state
+
+    def fresh_in(self, spark: Any) -> ZeekTables:
+        """Refresh the tables in ``spark`` too after each commit (write_zeek_tables does
+        this for the session it is given); returns the writer."""
+        session = jvm_session(spark)
+        if session is not None:
+            self._sessions.append(session)
+        return self
 
     # --- one micro-batch ------------------------------------------------------------------
 
@@ -164,10 +186,14 @@ class ZeekTables:
     def _write_batch(self, batch: Any, batch_id: int) -> None:
         spark = batch.sparkSession
         zone = spark.conf.get("spark.sql.session.timeZone")
-        if self._format(spark) == "parquet" and arrow_knows_time_zone(zone):
+        if (
+            self._format(spark) == "parquet"
+            and not self.spark_writer
+            and arrow_knows_time_zone(zone)
+        ):
             self._write_staged(batch, batch_id, zone)
         else:
-            self._write_cached(batch, batch_id)
+            self._write_typed(batch, batch_id)
 
     def _write_staged(self, batch: Any, batch_id: int, zone: str) -> None:
         """Parquet tables: the tasks decode and write the rows (the stage job), the driver
@@ -179,10 +205,9 @@ class ZeekTables:
             if group.schema is not None and sid not in self._schemas:
                 self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
             by_table.setdefault(self._table_of(path), {}).setdefault(path, []).append(sid)
-        records = self._records(batch)  # what Spark writes, or quarantines, a record a row
         quarantined = self._each_table(
             sorted(by_table),
-            lambda name: self._write_table(records, name, by_table[name], batch_id, groups, folder),
+            lambda name: self._write_table(batch, name, by_table[name], batch_id, groups, folder),
         )
         self._quarantine(batch.sparkSession, quarantined, batch_id)
         shutil.rmtree(folder, ignore_errors=True)
@@ -197,10 +222,6 @@ class ZeekTables:
         else:
             found = [write(name) for name in names]
         return [row for part in found for row in part]
-
-    def _records(self, batch: Any) -> Any:
-        """The batch a row a record, Zeek JSON lines (what Spark parses and quarantines)."""
-        return each_record(batch, self._known_texts(), self.zeek_version)
 
     def _known_texts(self) -> dict[str, str]:
         """The columns (JSON) of the schema ids learned so far, for the tasks: a partition
@@ -232,10 +253,10 @@ class ZeekTables:
             time_zone=zone,
             known=self._known_texts(),
         )
-        columns = ["_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA]
-        columns += [name for name in (RECORDS, MESSAGE) if name in batch.columns]
         groups: dict[tuple[str, str], StagedGroup] = {}
-        for row in batch.select(*columns).mapInArrow(run, REPORT_SCHEMA).collect():
+        for row in (
+            batch.select(*self._input_columns(batch)).mapInArrow(run, REPORT_SCHEMA).collect()
+        ):
             key = (row["path"], row["schema_id"])  # a group of each task that held its rows
             had = groups.get(key) or StagedGroup(*key, None, 0, 0, None)
             groups[key] = StagedGroup(
@@ -252,11 +273,12 @@ class ZeekTables:
         os.replace(partial, report)
         return groups
 
-    def _write_cached(self, batch: Any, batch_id: int) -> None:
-        """Delta and the other formats: Spark parses and writes each table's rows."""
-        # Kept for the batch's writes, each log's rows together: every table's write then
-        # skips the cached blocks of the other logs (their _path range) instead of reading them.
-        df = self._records(batch).sortWithinPartitions("_path", "log_schema_id").persist()
+    def _write_typed(self, batch: Any, batch_id: int) -> None:
+        """Delta, Iceberg, ORC, Spark's Parquet: each table's rows made typed by the tasks
+        (:func:`typed_frame`, a ``mapInArrow`` per log) and written by Spark's writer."""
+        # kept for the batch's jobs (the logs and their columns, then a job per table): the
+        # source is read once, as a row per log of each message, not once per table
+        df = batch.select(*self._input_columns(batch)).persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
             for path, ids in self._learn(df).items():
@@ -268,6 +290,11 @@ class ZeekTables:
             self._quarantine(df.sparkSession, quarantined, batch_id)
         finally:
             df.unpersist()
+
+    @staticmethod
+    def _input_columns(batch: Any) -> list[str]:
+        columns = ["_path", "log", "log_schema_id", "log_schema", *KEPT_METADATA]
+        return columns + [name for name in (RECORDS, MESSAGE) if name in batch.columns]
 
     def _quarantine(self, spark: Any, quarantined: list[Any], batch_id: int) -> None:
         if not quarantined:
@@ -288,7 +315,9 @@ class ZeekTables:
         from pyspark.sql import functions as F
 
         rows = (
-            df.groupBy("_path", "log_schema_id")
+            df.groupBy(
+                "_path", F.coalesce(F.col("log_schema_id"), F.lit("")).alias("log_schema_id")
+            )
             .agg(F.first("log_schema", ignorenulls=True).alias("log_schema"))
             .collect()
         )
@@ -311,9 +340,10 @@ class ZeekTables:
         staged: dict[tuple[str, str], StagedGroup] | None = None,
         folder: str = "",
     ) -> list[Any]:
-        """Write the batch's rows of a table's logs (their schema ids: ``logs``) into it, in
-        one commit: a group the stage job wrote (``staged``, under ``folder``) by its files,
-        the others parsed by Spark; the rows that cannot go there (for the quarantine)."""
+        """Write the batch's rows (``df``: the stream's) of a table's logs (their schema ids:
+        ``logs``) into it, in one commit: a group the stage job wrote (``staged``, under
+        ``folder``) by its files, the others made typed by the tasks and written by Spark;
+        the rows that cannot go there (for the quarantine)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import DateType, StructField, StructType
 
@@ -327,15 +357,16 @@ class ZeekTables:
         quarantined: list[Any] = []
         for path, sid in ((path, sid) for path, ids in sorted(logs.items()) for sid in ids):
             schema = self._schemas.get(sid) or standard_schema(path, self.zeek_version)
-            rows = df.where((F.col("_path") == path) & (F.col("log_schema_id") == sid))
+            sids = F.coalesce(F.col("log_schema_id"), F.lit(""))
+            rows = df.where((F.col("_path") == path) & (sids == sid))
             if schema is None:  # nothing says what its columns are
-                quarantined.append(quarantine_rows(rows, "no schema is known for this log"))
+                quarantined.append(self._quarantine_rows(rows, "no schema is known for this log"))
                 continue
             columns = zeek_log_schema(schema, self.columns, metadata=False)
             clash = clash_of(present, columns)
             if clash:
                 self._clashes.add(f"log {path} into {name}: {clash}")
-                quarantined.append(quarantine_rows(rows, clash))
+                quarantined.append(self._quarantine_rows(rows, clash))
                 continue
             group = staged.get((path, sid)) if staged is not None else None
             if group is not None and group.error is None:
@@ -345,9 +376,16 @@ class ZeekTables:
             else:
                 if group is not None:
                     log.info("log %s (%s): written by Spark, %s", path, sid, group.error)
-                parsed = self._parsed(rows, schema, columns)
-                typed.append(parsed)
-                out = parsed.schema
+                made = typed_frame(
+                    rows,
+                    path,
+                    schema,
+                    columns=self.columns,
+                    zeek_version=self.zeek_version,
+                    known=self._known_texts(),
+                )
+                typed.append(made)
+                out = made.schema
             for f in out.fields:
                 fields.setdefault(f.name, f)
             present = merged(present, out)
@@ -362,19 +400,9 @@ class ZeekTables:
                 self.after_table(name, batch_id)
         return quarantined
 
-    def _parsed(self, rows: Any, schema: LogSchema, columns: Any) -> Any:
-        """``rows`` parsed by Spark into the log's columns, the metadata and the day."""
-        from pyspark.sql import functions as F
-
-        # a metadata name the log uses itself (MQTT's topic) gets a leading _, as in a stream
-        named = metadata_names(columns.names, optional=(RELAY_METADATA,))
-        parsed = rows.select(
-            parse_zeek_json(F.col("log"), schema, self.columns).alias("_r"),
-            *[F.col(m).alias(named[m]) for m in KEPT_METADATA],
-        ).select("_r.*", *[named[m] for m in KEPT_METADATA])
-        # the day of the record's time (a log of a site's own may have no ts: its arrival)
-        when = F.col("ts") if "ts" in schema.names else F.col("received_at")
-        return parsed.withColumn(DAY, F.to_date(when))
+    def _quarantine_rows(self, rows: Any, reason: str) -> Any:
+        """The quarantine's rows of ``rows`` (the stream's): their JSON lines, a record each."""
+        return quarantine_rows(each_record(rows, self._known_texts(), self.zeek_version), reason)
 
     # --- exactly once ---------------------------------------------------------------------
 
@@ -403,8 +431,9 @@ class ZeekTables:
                 .partitionBy(DAY)
                 .saveAsTable(name)
             )
-            return
-        self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
+        else:
+            self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
+        refresh_everywhere(spark, name, self._sessions)
 
     def _marked(self, spark: Any, name: str) -> MarkedTable:
         known = self._known.setdefault(name, TableMemory())
@@ -444,6 +473,7 @@ def write_zeek_tables(
     columns: str = "nested",
     zeek_version: str = "9.1",
     parallel: int = 4,
+    spark_writer: bool = False,
     trigger: dict[str, Any] | None = None,
     query_name: str | None = None,
 ) -> Any:
@@ -469,7 +499,9 @@ def write_zeek_tables(
         columns=columns,
         zeek_version=zeek_version,
         parallel=parallel,
+        spark_writer=spark_writer,
     )
+    writer.fresh_in(getattr(source, "_spark", None))
     stream = reader.load().writeStream.foreachBatch(writer)
     stream = stream.option("checkpointLocation", checkpoint)
     if trigger:
