@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spool.relay_protocol import (
     Records,
@@ -25,6 +24,7 @@ from broker_spark.spool.relay_protocol import (
     RelayProtocolError,
     ServerMessage,
 )
+from broker_spark.spool.served_records import served
 
 __all__ = ["RelayError", "SpoolClient", "SpoolClientError", "served_topics"]
 
@@ -206,6 +206,4 @@ def served_topics(
     """``data`` (``count`` records) as served for a reader of ``topics``: a relay that
     serves readers their topics says so in its WELCOME; from one that does not (an
     older relay), the records of other topics are left out here."""
-    if not topics or welcome.get("topics") is not None:
-        return data, count
-    return keep_topics(data, topics)
+    return served(welcome, topics, None, data, count)

@@ -11,13 +11,15 @@ body is one kind byte and its fields, msgpack maps for everything but records:
 =====  ==========  ==================================================================
 kind   direction   body
 =====  ==========  ==================================================================
-1      c -> s      HELLO ``{version, role, name[, topics]}``: role ``follow``, ``status``
-                   or ``attach`` (a reader of the owner's own machine, with
-                   ``identity``); ``topics``: what the reader means to read
+1      c -> s      HELLO ``{version, role, name[, topics][, logs]}``: role ``follow``,
+                   ``status`` or ``attach`` (a reader of the owner's own machine, with
+                   ``identity``); ``topics``: what the reader means to read; ``logs``:
+                   the Zeek logs it reads (paths)
 2      s -> c      WELCOME ``{version, relay, start, end, schemas}``: the spool's id
                    (fixed for its life), its first and next offset, its Zeek log
                    schemas (one entry per change, as ``zeek-log-schemas.jsonl``);
-                   ``topics`` when the reader's credential is limited to them
+                   ``topics`` when the reader's credential is limited to them, or
+                   the HELLO's; ``logs``, the HELLO's, when it serves only those
 3      c -> s      FOLLOW ``{from, credit[, until]}``: send records from offset
                    ``from`` on (up to ``until``, or live), at most ``credit`` bytes
                    ahead of what the reader took
@@ -31,7 +33,7 @@ kind   direction   body
                    machine only
 9      s -> c      REPLY ``{op, ...}`` (or an ERROR naming the request)
 10     s -> c      KEPT: u64 first offset, u32 offsets spanned, u32 records kept, the
-                   records of those offsets on the reader's topics (a limited reader)
+                   records of those offsets on the reader's topics and of its logs
 =====  ==========  ==================================================================
 
 Offsets are the owner's spool offsets, dense and durable, so a query's
@@ -45,7 +47,11 @@ everyone else.
 
 A reader's HELLO may name the ``topics`` it reads (prefixes): the owner then
 serves it only records on them, as KEPT frames (whose offsets still advance over
-the others), and its WELCOME echoes them. A relay may also limit a reader's
+the others), and its WELCOME echoes them. Likewise the ``logs`` a reader of Zeek's logs names:
+it is served only the records holding records (or the LogCreate) of those logs
+(:mod:`~broker_spark.spool.served_records` tells which), and a relay that does not
+know the field serves everything and echoes nothing (the reader then leaves the
+rest out itself). A relay may also limit a reader's
 credential (its certificate's name) to topic prefixes: such a reader is served
 only records on those (KEPT frames too), and a HELLO naming other ``topics``, a
 ``status`` role or request, gets ERROR ``forbidden`` and the connection is
@@ -221,6 +227,8 @@ class RelayServerSession:
         #: The topic prefixes this reader is served (None: every record): its HELLO's
         #: ``topics``, or else what its credential allows.
         self.served = allowed
+        #: The Zeek logs (paths) this reader is served (None: every record): its HELLO's.
+        self.served_logs: tuple[str, ...] | None = None
         self.identity = identity  # who the credential names, for messages
         self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
         self.role: str | None = None
@@ -298,7 +306,21 @@ class RelayServerSession:
         if topics is not None and role == "follow":
             # each is within what the credential allows (checked above): they narrow it
             self.served = tuple(topics)
+        logs = fields.get("logs")
+        if logs is not None and (
+            not isinstance(logs, list | tuple)
+            or not logs
+            or not all(isinstance(p, str) and p for p in logs)
+        ):
+            raise RelayProtocolError(f"'logs' must be a list of log paths, got {logs!r}")
+        if logs is not None and role == "follow":
+            self.served_logs = tuple(logs)
         return ServerEvent("hello", fields)
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether this reader is served some records only (KEPT frames)."""
+        return self.served is not None or self.served_logs is not None
 
     def _forbidden(self, what: str) -> ServerEvent:
         allowed = ", ".join(self.allowed or ()) or "nothing"
@@ -334,6 +356,7 @@ class RelayServerSession:
                 "schemas": schemas,
                 # a reader served some topics gets KEPT frames: fewer records than offsets
                 **({"topics": list(self.served)} if self.served is not None else {}),
+                **({"logs": list(self.served_logs)} if self.served_logs is not None else {}),
             },
         )
 
@@ -392,8 +415,8 @@ class RelayServerSession:
         ``data`` holds (the rest were not for it), framed as KEPT."""
         if first != self.next or count < 1:
             raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
-        if (kept is None) != (self.served is None):
-            raise ValueError("KEPT frames are for, and only for, a reader served some topics")
+        if (kept is None) == self.narrowed:
+            raise ValueError("KEPT frames are for, and only for, a reader served some records")
         self.next = first + count
         if self.next == self.until:
             self.following = False  # the range asked for is complete

@@ -25,7 +25,6 @@ from typing import Any
 from broker_spark.addresses import format_host_port
 from broker_spark.admission import Admission
 from broker_spark.core.loop_thread import LoopThread
-from broker_spark.data.msgpack_records import keep_topics
 from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
     HELLO_TIMEOUT,
@@ -34,6 +33,7 @@ from broker_spark.spool.relay_protocol import (
     ServerEvent,
 )
 from broker_spark.spool.segment import DataLossError, SpoolError
+from broker_spark.spool.served_records import keep_records
 from broker_spark.spool.service import SpoolService
 
 __all__ = ["RelayServer"]
@@ -109,6 +109,9 @@ class RelayServer:
         self._readers: dict[int, _Reader] = {}
         self._tasks: set[asyncio.Task] = set()
         self._tcp: tuple[str, int, bool] | None = None  # host, bound port, TLS
+        #: Records and bytes of records sent to followers, in all (what readers fetched).
+        self.served_records = 0
+        self.served_bytes = 0
 
     # --- listening ------------------------------------------------------------------------
 
@@ -355,8 +358,10 @@ class RelayServer:
             await writer.drain()
             return False
         kept = None
-        if session.served is not None:  # a reader of some topics: only theirs
-            data, kept = keep_topics(data, session.served)
+        if session.narrowed:  # a reader of some topics or logs: only theirs
+            data, kept = keep_records(data, session.served, session.served_logs)
+        self.served_records += hi - lo if kept is None else kept
+        self.served_bytes += len(data)
         writer.write(session.records(lo, hi - lo, data, time.monotonic(), kept))
         await writer.drain()
         return True

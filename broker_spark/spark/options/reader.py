@@ -138,6 +138,14 @@ class ReaderOptions:
             return None
         return self.topics or None
 
+    @property
+    def served_logs(self) -> tuple[str, ...] | None:
+        """The Zeek logs a relay serves this reader (None: every record it holds): a log
+        reader's ``logs``, so that a query reading one log fetches that log only."""
+        if self.format == "zeek-logs" and self.logs:
+            return self.logs
+        return None
+
 
 def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) -> ReaderOptions:
     """Check and convert the options of a stream read (or, ``streaming=False``, a batch read)."""

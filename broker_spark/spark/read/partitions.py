@@ -134,6 +134,7 @@ class SpoolPartition(InputPartition):
         self.relay: Any = None  # (HostPort, TLSSettings): the task fetches the range there
         self.relay_id: str | None = None  # the spool id of that relay (checked by the task)
         self.relay_topics: tuple[str, ...] | None = None  # the records it fetches: theirs
+        self.relay_logs: tuple[str, ...] | None = None  # and of these Zeek logs only
         #: records an inline stream holds when fewer than its offsets (a relay that limits
         #: the reader to some topics left the others out); None: one per offset
         self.count: int | None = None
@@ -148,13 +149,16 @@ class SpoolPartition(InputPartition):
         fail_on_data_loss: bool,
         relay_id: str | None = None,
         topics: tuple[str, ...] | None = None,
+        logs: tuple[str, ...] | None = None,
     ) -> SpoolPartition:
         """A partition whose task fetches ``[start, end)`` from a relay (``relay`` option)
-        whose spool is ``relay_id``: the records on ``topics`` (the reader's; None: all)."""
+        whose spool is ``relay_id``: the records on ``topics`` (the reader's; None: all)
+        of Zeek's ``logs`` (the paths a log reader keeps; None: all)."""
         part = cls(start, end, fail_on_data_loss=fail_on_data_loss)
         part.relay = (relay, ssl)
         part.relay_id = relay_id
         part.relay_topics = topics
+        part.relay_logs = logs
         return part
 
     @classmethod
@@ -224,7 +228,13 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
 
         def read(lo: int, hi: int) -> tuple[bytes, int]:
             return fetch_from_relay(
-                relay, ssl, lo, hi, relay_id=partition.relay_id, topics=partition.relay_topics
+                relay,
+                ssl,
+                lo,
+                hi,
+                relay_id=partition.relay_id,
+                topics=partition.relay_topics,
+                logs=getattr(partition, "relay_logs", None),
             )
 
         return _read_range(partition, read)

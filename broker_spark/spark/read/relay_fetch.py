@@ -15,8 +15,9 @@ import time
 from broker_spark.config import TLSSettings
 from broker_spark.spark.options import HostPort
 from broker_spark.spark.runtime.remote import FETCH_TIMEOUT, tls_context
-from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError, served_topics
+from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.served_records import hello_fields, served
 
 __all__ = ["TASK_RETRY", "fetch_from_relay"]
 
@@ -36,10 +37,12 @@ def fetch_from_relay(
     relay_id: str | None = None,
     retry: float = TASK_RETRY,
     topics: tuple[str, ...] | None = None,
+    logs: tuple[str, ...] | None = None,
 ) -> tuple[bytes, int]:
     """The record stream of offsets ``[start, end)`` of a relay's spool (what a task of a
     relay reader does), and how many records it holds: only those on ``topics`` (the
-    reader's prefixes; None: all), so fewer than the offsets when the spool holds other
+    reader's prefixes; None: all) holding records of ``logs`` (the Zeek logs a log reader
+    keeps; None: all), so fewer than the offsets when the spool holds other
     topics too. A relay that cannot be reached (it restarts, the network is cut) is
     tried again for ``retry`` seconds. Raises :class:`DataLossError` when the relay no
     longer holds the range, or serves another spool than ``relay_id``."""
@@ -47,7 +50,7 @@ def fetch_from_relay(
     delay = 0.2
     while True:
         try:
-            return _fetch_once(relay, ssl, start, end, timeout, relay_id, topics)
+            return _fetch_once(relay, ssl, start, end, timeout, relay_id, topics, logs)
         except SpoolClientError as exc:
             if time.monotonic() + delay > deadline:
                 raise SpoolClientError(
@@ -67,9 +70,10 @@ def _fetch_once(
     timeout: float,
     relay_id: str | None,
     topics: tuple[str, ...] | None,
+    logs: tuple[str, ...] | None,
 ) -> tuple[bytes, int]:
     with SpoolClient.tcp(relay.host, relay.port, tls_context(ssl)) as client:
-        asked = {"topics": list(topics)} if topics else {}
+        asked = hello_fields(topics, logs)
         welcome = client.hello("follow", "task", **asked)
         if relay_id is not None and welcome.get("relay") != relay_id:
             raise DataLossError(
@@ -86,4 +90,4 @@ def _fetch_once(
                 earliest = int(exc.fields.get("earliest", end))
                 raise DataLossError(start, end, earliest) from None
             raise
-    return served_topics(welcome, topics, data, count)
+    return served(welcome, topics, logs, data, count)

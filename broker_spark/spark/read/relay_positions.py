@@ -344,6 +344,7 @@ class RelayPositions:
                 fail,
                 member.relay_id,
                 self.options.served_topics,
+                self.options.served_logs,
             )
         part.relay_id = member.relay_id
         return with_schemas(part, member.history, lo)

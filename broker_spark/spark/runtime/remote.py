@@ -33,9 +33,10 @@ from broker_spark.spark.runtime.in_process import (
     lost_before_checkpoint,
 )
 from broker_spark.spark.runtime.receiver_attach import ReceiverLink
-from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError, served_topics
+from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.segment import DataLossError
+from broker_spark.spool.served_records import hello_fields, served
 from broker_spark.spool.spool import Spool
 from broker_spark.tls import make_contexts
 
@@ -203,8 +204,8 @@ class RelayRuntime:
             try:
                 # the topics it reads: a relay that limits this reader's certificate to
                 # others refuses at once (forbidden), rather than serving it nothing
-                served = self.options.served_topics
-                asked = {} if served is None else {"topics": list(served)}
+                options = self.options
+                asked = hello_fields(options.served_topics, options.served_logs)
                 welcome = client.hello("follow", "reader", **asked)
             except BaseException:
                 client.close()
@@ -294,7 +295,10 @@ class RelayRuntime:
             try:
                 client = self._connected()
                 data, count = client.fetch_counted(start, end, FETCH_TIMEOUT)
-                return served_topics(client.welcome, self.options.served_topics, data, count)
+                options = self.options
+                return served(
+                    client.welcome, options.served_topics, options.served_logs, data, count
+                )
             except RelayError as exc:
                 if exc.relay_code == "data_loss":
                     earliest = int(exc.fields.get("earliest", end))
