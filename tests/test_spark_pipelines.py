@@ -1,0 +1,138 @@
+"""A table per Zeek log in Spark Declarative Pipelines, run by ``spark-pipelines``.
+
+docs/deploy.md's pipeline (its spec and source file, the snippets marked
+``<!-- live: pipeline-spec -->`` and ``pipeline-source``, moved onto a local relay): the
+source file calls ``broker_spark.spark.pipelines.zeek_tables`` once; ``spark-pipelines run`` (PySpark's own command: a Spark Connect server and the
+pipeline's client, processes of their own) then updates a streaming table per log
+from a relay holding a real Zeek's recorded logs. A second update after more of
+Zeek's logs reach the relay adds exactly those: nothing is read twice. The catalog
+is Hive's metastore in a local Derby database: Spark's default catalog lives in the
+server's memory, so a second update finds the tables' folders and no tables, and
+refuses (LOCATION_ALREADY_EXISTS). Zeek's own JSON logs are the oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live.doc_snippets import replace_all, snippet
+from spark_fixtures import ROOT, spark, wait_for  # noqa: F401
+from test_spark_relay import Relay
+from test_spark_zeek_tables import zeeks_own
+from zeek_recordings import recording
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+
+LOGS = ("conn", "dns", "http", "files")  # the doc's
+NOT_LOGGED = ("topic", "sender", "received_at", "offset", "record", "relay", "day")
+
+
+def hive_conf() -> list[str]:
+    """``spark-pipelines`` options for a catalog that outlives the server: Hive's metastore,
+    in a Derby database (``metastore_db``) beside the tables (``spark-warehouse``), both in
+    the folder the command runs in. These are settings of the server's start: the spec's
+    ``configuration`` is set again on each flow, where Spark refuses static settings."""
+    return [
+        "--conf", "spark.sql.catalogImplementation=hive",
+        # each flow's reader starts a Python process, all at once: on 2 shared cores their
+        # first connection back may take longer than the default 15 s
+        "--conf", "spark.python.authenticate.socketTimeout=120s",
+        "--conf", "spark.sql.pipelines.execution.maxConcurrentFlows=2",
+    ]  # fmt: skip
+
+
+def write_pipeline(folder: Path, port: int) -> None:
+    """docs/deploy.md's pipeline, its spec and source file, moved onto the test's relay (no
+    TLS) and folder."""
+    (folder / "transformations").mkdir(parents=True)
+    spec = replace_all(
+        snippet("deploy.md", "pipeline-spec"),
+        {"file:///srv/zeek-pipeline/storage": f"file://{folder / 'storage'}"},
+    )
+    (folder / "spark-pipeline.yml").write_text(spec)
+    source = replace_all(
+        snippet("deploy.md", "pipeline-source"),
+        {
+            "relay1.example.net:9998,relay2.example.net:9998": f"127.0.0.1:{port}",
+            '"ssl.certificate": "/Volumes/main/zeek/state/reader.pem",': '"ssl.disable": "true",',
+            '        "ssl.key": "/Volumes/main/zeek/state/reader.key",\n': "",
+            '        "ssl.cafile": "/Volumes/main/zeek/state/ca.pem",\n': "",
+        },
+    )
+    assert f"logs={list(LOGS)!r}".replace("'", '"') in source, source
+    (folder / "transformations" / "zeek.py").write_text(source)
+
+
+def run_pipeline(folder: Path) -> str:
+    """``spark-pipelines run`` in ``folder``: its output; fails the test if it failed (a
+    flow that failed is run again by the pipeline, as its retries allow)."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join((bin_dir, env.get("PATH", "")))
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [os.path.join(bin_dir, "spark-pipelines"), *hive_conf(), "run"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Run is COMPLETED" in out, out[-4000:]
+    return out
+
+
+def table_rows(spark: Any, folder: Path, path: str) -> tuple[list[tuple], Any]:  # noqa: F811
+    """The rows of log ``path``'s table, read from its files (the test's session has a
+    catalog of its own): Zeek's columns only, and the whole frame."""
+    df = spark.read.parquet(str(folder / "spark-warehouse" / f"zeek_{path}"))
+    logged = df.select(*[c for c in df.columns if c not in NOT_LOGGED])
+    return sorted(map(tuple, logged.collect())), df
+
+
+def test_zeek_tables_defines_a_streaming_table_per_log_and_updates_add_only_the_new(
+    spark,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    first = recording("zeek-logs-http-methods")
+    second = recording("zeek-logs-dns-edns-ecs")
+    relay = Relay(tmp_path / "relay")
+    folder = tmp_path / "pipeline"
+    try:
+        spool = relay.node.service.spool
+        relay.publisher.publish_encoded(first.data)
+        wait_for(lambda: spool.end_offset() >= len(first.data), 30, "round 1 spooled")
+        write_pipeline(folder, relay.port)
+        run_pipeline(folder)
+        for path in ("conn", "http", "files"):
+            got, df = table_rows(spark, folder, path)
+            assert got == zeeks_own(spark, first.local_lines(path), path, tmp_path), path
+            assert {"day", "offset", "record", "relay"} <= set(df.columns)
+            assert "_path" not in df.columns  # as write_zeek_tables' tables
+            assert df.schema["ts"].dataType.typeName() == "timestamp"
+        sent_before = relay.node.server.served_records
+        relay.publisher.publish_encoded(second.data)
+        total = len(first.data) + len(second.data)
+        wait_for(lambda: spool.end_offset() >= total, 30, "round 2 spooled")
+        run_pipeline(folder)  # the second update: only what came since
+        # each flow was served its own log's records: round 2 once, not every record per table
+        per_flow = relay.node.server.served_records - sent_before
+        assert per_flow < (len(LOGS) + 1) * len(second.data)  # the quarantine too
+    finally:
+        relay.close()
+    for path in LOGS:
+        lines = [
+            line for rec in (first, second) if path in rec.writes for line in rec.local_lines(path)
+        ]
+        got, df = table_rows(spark, folder, path)
+        assert got == zeeks_own(spark, lines, path, tmp_path), path
+        positions = df.select("offset", "record").collect()
+        assert len(positions) == len(set(positions)) == len(lines), path
