@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean
+.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean reference
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ test-spark-versions:
 SOAK_SECONDS ?= 600
 soak: $(STAMP)
 	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python bench/soak/run.py
+
+# The pages of docs/reference/, made from the code (the parser, the configuration reader,
+# the option catalog, the metrics, the codes, the status fields): run it after changing
+# any of those and commit the result; tests/test_reference.py fails while they differ.
+reference: $(STAMP)
+	$(BIN)/python tools/gen_reference.py
 
 demo: $(STAMP)
 	$(BIN)/broker-spark demo

@@ -56,7 +56,12 @@ def register(sub: Any) -> None:
         metavar="NAME",
         help="extra host name or address for every node certificate (repeatable)",
     )
-    p.add_argument("--days", type=int, default=825, help="validity of node certificates")
+    p.add_argument(
+        "--days",
+        type=int,
+        default=825,
+        help="validity of node certificates, in days (the CA: 10 years)",
+    )
     p.add_argument("--force", action="store_true", help="replace existing files")
     p.set_defaults(run=run)
 

@@ -26,7 +26,28 @@ from broker_spark.cli.node_ids import short
 from broker_spark.cli.spool_status import add_status_arguments, run_spool_status
 from broker_spark.cli.tables import table
 
-__all__ = ["Network", "network_from_snapshot", "register", "run_status", "run_topology"]
+__all__ = [
+    "NETWORK_FIELDS",
+    "Network",
+    "network_from_snapshot",
+    "register",
+    "run_status",
+    "run_topology",
+]
+
+#: Every key of a node's status (``status --json``) and what it means; docs/reference/status.md
+#: is generated from here, and tests/test_reference.py checks it against a node's.
+NETWORK_FIELDS = {
+    "node": "the node's endpoint id",
+    "address": "the `host:port` it was reached at",
+    "protocol": "the wire protocol version of the peering (1: Broker's, 2: multi-hop, "
+    "between broker-spark endpoints)",
+    "peers": "the ids of the node's own peers",
+    "endpoints.ID.subscriptions": "the topic prefixes endpoint ID subscribes to (the node "
+    "included)",
+    "endpoints.ID.route": "the node's shortest path to endpoint ID (the ids after the node)",
+    "links": "every link learned, each a pair of endpoint ids",
+}
 
 #: Seconds the routing table may take to stop changing after peering.
 SETTLE_TIMEOUT = 2.0

@@ -1,45 +1,50 @@
 """Node configuration files (TOML) for ``broker-spark node --config FILE``.
 
-The layout, every key optional (``conf/*.toml`` are commented examples)::
+The layout, every key optional (``conf/*.toml`` are commented examples). Each key's
+comment (and the indented comment lines under it) is its meaning in
+docs/reference/config.md, which is generated from this docstring and checked against the
+keys the reader below takes (``make reference``, tests/test_reference.py)::
 
-    [endpoint]
-    listen = "127.0.0.1:9999"    # where peers connect; false: do not listen
+    [endpoint]                    # the node's Broker endpoint
+    listen = "127.0.0.1:9999"     # where peers connect; false: do not listen
     peers = ["10.0.0.2:9999"]     # nodes to peer with, redialled every `retry` s
-    retry = 10.0
+    retry = 10.0                  # seconds between redials of a lost peer
     forward = ["/zeek/"]          # topics to route here without a local subscriber
     allow_anonymous = false       # true: listeners off loopback may take unauthenticated
                                   # clients (docs/security.md); a warning at start
 
-    [websocket]
-    listen = "127.0.0.1:9997"    # Zeek's WebSocket JSON API (wss unless TLS is off)
+    [websocket]                   # Zeek's WebSocket JSON API
+    listen = "127.0.0.1:9997"     # serve it here (wss unless TLS is off)
     peers = ["ws://zeek:27759/v1/messages/json"]  # WebSocket APIs to subscribe at
     token = "@ws.token"           # clients must send it (Authorization: Bearer); @FILE
+                                  # reads it from FILE
 
-    [tls]
+    [tls]                         # TLS of every listener and dial (as the --cert... flags)
     disable = false               # true: plain TCP (Broker's disable_ssl)
-    certificate = "certs/a.pem"   # with any of these, mutual TLS against the CA
-    key = "certs/a.key"
-    cafile = "certs/ca.pem"
-    capath = ""
-    passphrase = ""              # or "@FILE": read from FILE (the key's passphrase)
+    certificate = "certs/a.pem"   # this node's certificate; with any of these four,
+                                  # mutual TLS against the CA
+    key = "certs/a.key"           # its private key (PEM)
+    cafile = "certs/ca.pem"       # the CA that verifies peers
+    capath = ""                   # or a directory of CA certificates
+    passphrase = ""               # the key's passphrase, or "@FILE": read from FILE
 
-    [options]                     # any BrokerOptions field: ttl, disable_forwarding,
-    ttl = 16                      # peer_buffer_size, peer_overflow_policy, ...
+    [options]                     # Broker's options (BrokerOptions), by their field names
+    ttl = 16                      # hops a message may travel
 
-    [[master]]                    # a data store mastered here
-    name = "counters"
-    backend = "sqlite"            # or "memory" (the default)
-    path = "counters.sqlite"
+    [[master]]                    # a data store mastered here (repeatable)
+    name = "counters"             # the store's name
+    backend = "sqlite"            # "memory" (the default) or "sqlite"
+    path = "counters.sqlite"      # the SQLite file (sqlite only)
 
-    [[clone]]                     # a clone of a store mastered elsewhere
-    name = "hosts"
+    [[clone]]                     # a clone of a store mastered elsewhere (repeatable)
+    name = "hosts"                # the store's name
 
-    [log]
-    level = "info"
+    [log]                         # the node's own log (stderr)
+    level = "info"                # debug, info, warning or error
 
     [spool]                       # keep what arrives for Spark readers to replay (a relay)
     dir = "spool"                 # the spool's folder
-    topics = ["zeek/logs/"]       # what it keeps
+    topics = ["zeek/logs/"]       # what it keeps (topic prefixes)
     relay = "127.0.0.1:9998"      # where readers connect (TLS as [tls]); false: nobody
     retention_seconds = 86400     # drop records beyond this age (default: a day)
     retention_bytes = 0           # or beyond this size (0, the default: no size limit)
@@ -57,18 +62,23 @@ The layout, every key optional (``conf/*.toml`` are commented examples)::
     dir = "zeek-logs"             # one PATH.log per log (conn.log, dns.log, ...)
     rotate = 3600                 # seconds between rotations (0: never)
     topics = ["zeek/logs/"]       # where the logs arrive
+    zeromq = "tcp://0.0.0.0:5557" # the same as [zeromq] logs
 
     [zeromq]                      # a Zeek cluster on the ZeroMQ backend
     logs = "tcp://0.0.0.0:5557"   # be one of its loggers: a PULL socket bound here
     proxy = "zeek-proxy"          # take events through its XPUB/XSUB proxy (HOST, or
                                   # "tcp://HOST:5555,tcp://HOST:5556")
-    curve_server_publickey = ""   # CURVE as Zeek's options of the same names (or its
-    curve_server_secretkey = ""   # ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* variables)
-    curve_client_publickey = ""
-    curve_client_secretkey = ""
+    curve_server_publickey = ""   # CURVE (Z85, as Zeek's option of the same name): the
+                                  # proxy's public key, to join it
+    curve_server_secretkey = ""   # the PULL socket's secret key ("@FILE": read from FILE)
+    curve_client_publickey = ""   # the cluster's client public key: the one client the
+                                  # PULL lets in, and ours toward the proxy
+    curve_client_secretkey = ""   # its secret key, to join the proxy ("@FILE"); without
+                                  # any curve_* key, Zeek's ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_*
+                                  # variables apply (never both)
 
-    [metrics]
-    listen = "127.0.0.1:9101"     # Prometheus metrics of the spool and its sources
+    [metrics]                     # Prometheus metrics of the spool and its sources
+    listen = "127.0.0.1:9101"     # serve /metrics here
     token = "@metrics.token"      # scrapers must send it (Prometheus' credentials_file)
     tls = false                   # true: HTTPS with the node's [tls] certificate and key
     certificate = ""              # or HTTPS with a certificate and key of their own

@@ -21,7 +21,61 @@ from broker_spark.cli.args import host_port
 from broker_spark.cli.errors import CliError
 from broker_spark.cli.tables import table
 
-__all__ = ["add_status_arguments", "format_spool_status", "register", "run_spool_status"]
+__all__ = [
+    "STATUS_FIELDS",
+    "add_status_arguments",
+    "format_spool_status",
+    "register",
+    "run_spool_status",
+]
+
+#: Every key of a spool's status (``status --spool/--relay --json``, ``[]``: each element of
+#: a list) and what it means. docs/reference/status.md is generated from here, and
+#: tests/test_reference.py fails on a key a relay's status has and this lacks, or the reverse.
+STATUS_FIELDS = {
+    "path": "the spool's folder, as its owner named it",
+    "id": "the spool's id (its `relay-id` file): a query keeps its offsets by it",
+    "owner": "who holds the spool: `relay HOST:PORT`, `receiver pid N, node ID`, or null (none "
+    "running: the spool as it lies on disk)",
+    "since": "a receiver's start, seconds since the epoch (receivers only)",
+    "topics": "the topic prefixes the spool keeps",
+    "start": "the first offset the spool holds",
+    "end": "the next offset (`end - start` records are held)",
+    "bytes": "the bytes of the spool's files",
+    "oldest_age_s": "seconds since the oldest record held arrived (null when empty)",
+    "error": "why appending stopped (a full disk), or null",
+    "peers": "the node's Broker peers, an entry each",
+    "peers[].id": "a Broker peer's endpoint id",
+    "peers[].address": "its `host:port`",
+    "peers[].status": "its peering status (`Peered`, `Connecting`, ...)",
+    "sources": "where messages come from, an entry per kind of source that brought or "
+    "refused anything, or is configured",
+    "sources[].kind": "`broker`, `websocket`, `zeromq-proxy` or `zeromq-logs`",
+    "sources[].name": "the source as configured (an endpoint, a URL)",
+    "sources[].arrived": "messages appended from it",
+    "sources[].refused": "what it turned away, by reason (`undecodable`, `connection`, "
+    "`malformed`)",
+    "sources[].connected": "links up now (`websocket`, `zeromq-proxy`)",
+    "sources[].endpoint": "the PULL socket's bound endpoint (`zeromq-logs`)",
+    "sources[].curve": "whether the PULL socket requires CURVE (`zeromq-logs`)",
+    "sources[].batches_received": "log batches taken from the PULL socket (`zeromq-logs`)",
+    "sources[].error": "why the source's figures could not be read (a source that is gone)",
+    "listeners": "the node's listening ports, an entry each",
+    "listeners[].listener": "a listening port: `relay`, `websocket`, `metrics`",
+    "listeners[].address": "where it listens",
+    "listeners[].connections": "connections it serves now",
+    "listeners[].limit": "the most it serves at once",
+    "listeners[].refused": "clients it turned away, by reason (`too-many`, `unauthorized`, "
+    "`timeout`, `protocol`, `forbidden`)",
+    "readers": "the readers connected now, an entry each",
+    "readers[].name": "the name a reader gave (a Spark reader: its query and task)",
+    "readers[].role": "`follow` (a query's planning or task), `attach` (a query on the owner's "
+    "machine) or `status`",
+    "readers[].address": "where it connected from (`local`: the Unix socket)",
+    "readers[].connected_s": "seconds since it connected",
+    "readers[].committed": "the offset its query committed last (null before the first)",
+    "readers[].next": "the next offset it is sent (null unless following)",
+}
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """The options of the ``broker`` data source, by who reads them.
 
+* :mod:`.catalog`: every option's name, default and meaning (the reference's source);
 * :mod:`.text`: the option mapping Spark hands over (names, lists, durations);
 * :mod:`.values`: sizes, addresses and :class:`BrokerOptionError`;
 * :mod:`.connection`: what readers and writers share (peers, TLS, the WebSocket API);

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from broker_spark.spark.options.catalog import READER, SHARED, WRITER
 from broker_spark.spark.options.values import BrokerOptionError, is_secret_option
 from broker_spark.spark.options.zeromq import ZEROMQ_CURVE
 
@@ -49,44 +50,10 @@ ZEROMQ_OPTIONS = (
     *ZEROMQ_CURVE,
 )
 #: The options of readers and writers alike, of readers only, of writers only (canonical
-#: spellings: the README documents each).
-SHARED_OPTIONS = ("listen", "peer", "websocket", "ssl.disable", *SSL_FILES, *ZEROMQ_OPTIONS)
-READER_OPTIONS = (
-    "allowAnonymous",
-    "topics",
-    "store",
-    "startingOffsets",
-    "maxRecordsPerTrigger",
-    "maxRecordsPerPartition",
-    "minPartitions",
-    "failOnDataLoss",
-    "spoolPath",
-    "spool.segmentBytes",
-    "spool.retentionBytes",
-    "spool.retentionMs",
-    "spool.fsync",
-    "format",
-    "mode",
-    "partitionData",
-    "logs",
-    "columns",
-    "schemaWait",
-    "zeekVersion",
-    "relay",
-    "receiver",
-    "receiver.idleTimeout",
-)
-WRITER_OPTIONS = (
-    "topic",
-    "store",
-    "format",
-    "badRecordsTopic",
-    "log",
-    "zeekTypes",
-    "signature",
-    "networkTimestamp",
-    "mode",
-)
+#: spellings), as :mod:`~broker_spark.spark.options.catalog` describes each.
+SHARED_OPTIONS = tuple(SHARED)
+READER_OPTIONS = tuple(READER)
+WRITER_OPTIONS = tuple(WRITER)
 #: Options Spark itself adds (ignored; a writer reads ``path`` as the log's path).
 SPARK_ADDED = ("path", "checkpointLocation")
 
