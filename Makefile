@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean reference
+.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean reference docs test-docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,17 @@ soak: $(STAMP)
 # any of those and commit the result; tests/test_reference.py fails while they differ.
 reference: $(STAMP)
 	$(BIN)/python tools/gen_reference.py
+
+# The site of docs/ (mkdocs.yml, mkdocs-material), built strict: a broken link, a missing
+# page or a reference that is not the code's fails it. It lands in site/ (not committed).
+docs: $(STAMP)
+	$(BIN)/python tools/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The runnable blocks of the tutorial and the how-to guides, run as written on loopback
+# (tests/doc_blocks.py); blocks that need a real Zeek are make test-live's. CI runs it.
+test-docs: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m docs tests/test_doc_blocks.py
 
 demo: $(STAMP)
 	$(BIN)/broker-spark demo

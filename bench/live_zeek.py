@@ -2,7 +2,7 @@
 
 Usage: ``python bench/live_zeek.py [--copies N] [--quick] [--json]``
 
-The path of docs/deploy.md sections 8 and 9, on loopback, with the Zeek 9.1 the live
+The path of docs/how-to/zeek-cluster-zeromq.md and docs/how-to/databricks.md, on loopback, with the Zeek 9.1 the live
 tests run (a -O0 debug build, several times slower than a release Zeek): a manager and
 two workers on the ZeroMQ backend with CURVE, whose loggers are two
 ``broker-spark node --zeromq-logs --spool --relay`` processes, and one query of

@@ -1,6 +1,6 @@
 """A table per Zeek log in Spark Declarative Pipelines, run by ``spark-pipelines``.
 
-docs/deploy.md's pipeline (its spec and source file, the snippets marked
+docs/how-to/pipelines.md's pipeline (its spec and source file, the snippets marked
 ``<!-- live: pipeline-spec -->`` and ``pipeline-source``, moved onto a local relay): the
 source file calls ``broker_spark.spark.pipelines.zeek_tables`` once; ``spark-pipelines run`` (PySpark's own command: a Spark Connect server and the
 pipeline's client, processes of their own) then updates a streaming table per log
@@ -47,21 +47,21 @@ def hive_conf() -> list[str]:
 
 
 def write_pipeline(folder: Path, port: int) -> None:
-    """docs/deploy.md's pipeline, its spec and source file, moved onto the test's relay (no
+    """docs/how-to/pipelines.md's pipeline, its spec and source file, moved onto the test's relay (no
     TLS) and folder."""
     (folder / "transformations").mkdir(parents=True)
     spec = replace_all(
-        snippet("deploy.md", "pipeline-spec"),
+        snippet("how-to/pipelines.md", "pipeline-spec"),
         {"file:///srv/zeek-pipeline/storage": f"file://{folder / 'storage'}"},
     )
     (folder / "spark-pipeline.yml").write_text(spec)
     source = replace_all(
-        snippet("deploy.md", "pipeline-source"),
+        snippet("how-to/pipelines.md", "pipeline-source"),
         {
             "relay1.example.net:9998,relay2.example.net:9998": f"127.0.0.1:{port}",
-            '"ssl.certificate": "/Volumes/main/zeek/state/reader.pem",': '"ssl.disable": "true",',
-            '        "ssl.key": "/Volumes/main/zeek/state/reader.key",\n': "",
-            '        "ssl.cafile": "/Volumes/main/zeek/state/ca.pem",\n': "",
+            '"ssl.certificate": "/local_disk0/broker-tls/cert.pem",': '"ssl.disable": "true",',
+            '        "ssl.key": "/local_disk0/broker-tls/key.pem",\n': "",
+            '        "ssl.cafile": "/local_disk0/broker-tls/ca.pem",\n': "",
         },
     )
     assert f"logs={list(LOGS)!r}".replace("'", '"') in source, source

@@ -116,18 +116,24 @@ def _flag(action: argparse.Action) -> str:
     return ", ".join(f"`{o}`" for o in action.option_strings)
 
 
+def _code(text: str) -> str:
+    """``text`` as code, but where it holds a ``|``: a table's cell cannot show one inside
+    a code span (python-markdown keeps the escaping backslash there)."""
+    return text if "|" in text else f"`{text}`"
+
+
 def _value(action: argparse.Action) -> str:
     if action.nargs == 0:
         return ""
     if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
-        return "`" + "|".join(str(c) for c in action.choices) + "`"
+        return _code("|".join(str(c) for c in action.choices))
     metavar = action.metavar
     if isinstance(metavar, tuple):
         metavar = " ".join(metavar)
     text = metavar or (action.dest.upper() if action.option_strings else "")
     if action.nargs in ("*", "+") and action.option_strings:
         text += " ..."
-    return f"`{text}`" if text else ""
+    return _code(text) if text else ""
 
 
 def _default(action: argparse.Action) -> str:

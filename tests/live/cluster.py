@@ -1,6 +1,6 @@
 """A Zeek cluster on the ZeroMQ backend whose loggers are broker-spark relay nodes.
 
-Put together the way docs/deploy.md (section 8) tells a site to: its cluster layout
+Put together the way docs/how-to/zeek-cluster-zeromq.md tells a site to: its cluster layout
 (``<!-- live: zeromq-layout -->``) names the relay nodes as the cluster's loggers, and
 each relay runs its command (``<!-- live: relay-node -->``), moved onto loopback. The
 rest of what a site's zeekctl or management framework gives every Zeek process is
@@ -96,7 +96,7 @@ def make_certs(folder: Path, *names: str) -> Path:
 
 @dataclass
 class RelayNode:
-    """One ``broker-spark node`` of docs/deploy.md's relay command, on loopback."""
+    """One ``broker-spark node`` of docs/how-to/zeek-cluster-zeromq.md's relay command, on loopback."""
 
     name: str
     args: list[str]
@@ -134,10 +134,10 @@ class RelayNode:
 def relay_nodes(
     folder: Path, certs: Path, keys: CurveKeys, names: Sequence[str], proxy: str | None
 ) -> list[RelayNode]:
-    """The relay nodes of docs/deploy.md's command, one per name; the first joins the
+    """The relay nodes of docs/how-to/zeek-cluster-zeromq.md's command, one per name; the first joins the
     cluster's proxy (``proxy``: its XPUB and XSUB, as ``--zeromq-proxy`` takes them) for
     events, as the doc says one relay should."""
-    text = snippet("deploy.md", "relay-node")
+    text = snippet("how-to/zeek-cluster-zeromq.md", "relay-node")
     nodes = []
     for i, name in enumerate(names):
         values = {
@@ -160,8 +160,8 @@ def relay_nodes(
 
 
 def deploy_layout(loggers: Mapping[str, int]) -> str:
-    """docs/deploy.md's cluster layout, its loggers on the given loopback ports."""
-    return relocate_layout(snippet("deploy.md", "zeromq-layout"), loggers)
+    """docs/how-to/zeek-cluster-zeromq.md's cluster layout, its loggers on the given loopback ports."""
+    return relocate_layout(snippet("how-to/zeek-cluster-zeromq.md", "zeromq-layout"), loggers)
 
 
 @dataclass
@@ -236,7 +236,7 @@ class ZeekCluster:
 
 @dataclass
 class Site:
-    """docs/deploy.md's site: the Zeek cluster, its relay nodes, the TLS files (``reader``
+    """docs/how-to/zeek-cluster-zeromq.md's site: the Zeek cluster, its relay nodes, the TLS files (``reader``
     is the Spark side's certificate) and the cluster's CURVE keys."""
 
     cluster: ZeekCluster

@@ -48,7 +48,7 @@ def oracle(zeek: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ora
 
 @pytest.fixture(scope="session")
 def zeromq_site(zeek: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """docs/deploy.md's site, running: Zeek's manager and proxy (no workers yet), both relay
+    """docs/how-to/zeek-cluster-zeromq.md's site, running: Zeek's manager and proxy (no workers yet), both relay
     nodes (relay 1 in the cluster's proxy, for events). Tests run its workers on traces."""
     folder = tmp_path_factory.mktemp("zeromq-site")
     keys = CurveKeys.new()

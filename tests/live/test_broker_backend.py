@@ -1,7 +1,7 @@
 """A real Zeek on the Broker backend, while Zeek still has it: logs into a relay, events both ways.
 
 Zeek 9 deprecates the Broker backend, but sites run it until 10.1. A standalone Zeek,
-set up as docs/zeek.md section 2 (a) says (``<!-- live: broker-peer -->``), peers into
+set up as docs/how-to/zeek-broker.md section 2 (a) says (``<!-- live: broker-peer -->``), peers into
 a relay node (``node --listen ... --spool ... --relay``) over Broker's default TLS
 (anonymous ECDH on both sides) and reads a trace; ``write_zeek_tables`` over the relay
 must give exactly the records Zeek wrote into its own JSON logs. A Zeek sends no log
@@ -9,7 +9,7 @@ write while it has no peer, so the trace goes into its stdin only once it printe
 peer (tests/live/pcaps.py).
 
 And events, typed, both ways with ``import broker_spark as broker``: a Zeek that
-listens as docs/zeek.md section 2 (b) says (``<!-- live: broker-listen -->``) sends
+listens as docs/how-to/zeek-broker.md section 2 (b) says (``<!-- live: broker-listen -->``) sends
 ``Live::typed`` to a Python endpoint that peers with it, and prints the one the
 endpoint sends back (scripts/live-types.zeek).
 """
@@ -44,8 +44,8 @@ T = dt.datetime(2023, 11, 14, 22, 13, 20, 250000, tzinfo=dt.timezone.utc)
 
 
 def zeek_script(folder: Path, name: str, port: int) -> Path:
-    """docs/zeek.md's snippet ``name``, pointed at loopback and ``port``, as a script file."""
-    text = snippet("zeek.md", name)
+    """docs/how-to/zeek-broker.md's snippet ``name``, pointed at loopback and ``port``, as a script file."""
+    text = snippet("how-to/zeek-broker.md", name)
     address = "spark-driver.example.net" if name == "broker-peer" else "0.0.0.0"
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{name}.zeek"

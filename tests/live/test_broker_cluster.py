@@ -1,6 +1,6 @@
 """A real Zeek cluster on the Broker backend, its two loggers each shadowed by a relay node.
 
-docs/deploy.md section 8, "The Zeek side, Broker backend": a cluster's nodes send each log
+docs/how-to/zeek-broker.md, "With relay nodes": a cluster's nodes send each log
 record to the next Zeek logger that is alive, on that logger's node topic
 (``Cluster::rr_log_topic``), so one relay node per logger, subscribed to ``zeek/logs/``
 and that logger's node topic, gets what its logger gets, once. The cluster (a manager, two
@@ -80,7 +80,7 @@ def test_each_logger_of_a_broker_cluster_is_shadowed_by_a_relay_and_the_tables_a
 ) -> None:
     ports = {node: free_port() for node in NODES}
     peers = replace_all(
-        snippet("deploy.md", "broker-cluster-peers"),
+        snippet("how-to/zeek-broker.md", "broker-cluster-peers"),
         {
             '"10.0.0.5", 9999/tcp': f'"127.0.0.1", {relays[0][0]}/tcp',
             '"10.0.0.6", 9999/tcp': f'"127.0.0.1", {relays[1][0]}/tcp',

@@ -1,6 +1,6 @@
 """Typed events between a real Zeek cluster and broker-spark, both ways, on every route.
 
-The cluster of docs/deploy.md (``zeromq_site``): its manager publishes one
+The cluster of docs/how-to/zeek-cluster-zeromq.md (``zeromq_site``): its manager publishes one
 ``Live::typed`` event (a count, addr, port, time, interval, set, table, vector, record
 and enum) to each topic under ``site/`` somebody subscribes to, and prints every
 ``Live::typed`` event that reaches it on ``site/to-zeek/`` as JSON (scripts/
@@ -261,7 +261,7 @@ def test_spark_writes_typed_events_through_zeeks_websocket_api(
 
 @pytest.fixture
 def websocket_node(zeromq_site: Site, tmp_path: Path) -> Iterator[str]:
-    """``node --websocket-peer`` of docs/deploy.md: Zeek's WebSocket API into a spool,
+    """``node --websocket-peer`` of docs/how-to/zeek-cluster-zeromq.md: Zeek's WebSocket API into a spool,
     served as a relay (its address is yielded)."""
     relay = f"127.0.0.1:{free_port()}"
     cmd = Command(

@@ -1,6 +1,6 @@
 """A Spark query as a real Zeek cluster's one logger (``zeromq.logs``), with CURVE.
 
-The smallest ZeroMQ deployment of docs/zeek.md section 8: the cluster layout's one
+The smallest ZeroMQ deployment of docs/zeek.md section 6: the cluster layout's one
 ``LOGGER`` entry is the Spark driver's PULL socket, and the query reads the conn log
 with its typed columns. What it reads must be exactly the conn log a standalone Zeek
 writes for the same traces.

@@ -1,4 +1,4 @@
-"""docs/deploy.md's zeekctl recipe, run against a real Zeek cluster laid out as zeekctl does it.
+"""docs/how-to/zeek-cluster-zeromq.md's zeekctl recipe, run against a real Zeek cluster laid out as zeekctl does it.
 
 zeekctl starts a Zeek for every logger of ``node.cfg``, so a site whose loggers are
 broker-spark nodes leaves them out of ``node.cfg``; zeekctl then writes
@@ -57,7 +57,7 @@ def local_zeek(folder: Path, endpoints: list[str], whole: bool) -> Path:
     """The doc's local.zeek, the broker-spark nodes' endpoints in it; ``whole=False`` leaves
     out its last two lines (the manager's logging)."""
     text = replace_all(
-        snippet("deploy.md", "zeekctl-local"),
+        snippet("how-to/zeek-cluster-zeromq.md", "zeekctl-local"),
         {"tcp://10.0.0.5:5557": endpoints[0], "tcp://10.0.0.6:5557": endpoints[1]},
     )
     if not whole:

@@ -1,6 +1,6 @@
 """A real Zeek cluster on the ZeroMQ backend logs into two relay nodes; Spark makes the tables.
 
-The site of docs/deploy.md (sections 8 and 9), on loopback: Zeek's manager (it runs
+The site of docs/how-to/zeek-cluster-zeromq.md and docs/how-to/databricks.md, on loopback: Zeek's manager (it runs
 the cluster's XPUB/XSUB proxy), a proxy and two workers, started from the doc's cluster
 layout; its two loggers are ``broker-spark node --zeromq-logs ... --spool ... --relay``
 processes started from the doc's command, with mutual TLS for readers and CURVE as
@@ -37,19 +37,19 @@ ROUND_2 = (TRACES / "wikipedia.pcap", TRACES / "ecdhe.pcap")
 
 
 def tables_query(spark: Any, site: Site, db: str) -> Any:
-    """docs/deploy.md's query cell, run as written but for where things are here: the
+    """docs/how-to/databricks.md's query cell, run as written but for where things are here: the
     relays, the reader's certificate, the checkpoint, the database, and Parquet for Delta
     (Delta's jars cannot be fetched on these machines)."""
     certs = site.certs
     code = replace_all(
-        snippet("deploy.md", "tables-query"),
+        snippet("how-to/databricks.md", "tables-query"),
         {
             "logger1.example.net:9998,logger2.example.net:9998": ",".join(
                 r.relay for r in site.relays
             ),
-            "/Volumes/main/zeek/state/reader.pem": str(certs / "reader.pem"),
-            "/Volumes/main/zeek/state/reader.key": str(certs / "reader.key"),
-            "/Volumes/main/zeek/state/ca.pem": str(certs / "ca.pem"),
+            "/local_disk0/broker-tls/cert.pem": str(certs / "reader.pem"),
+            "/local_disk0/broker-tls/key.pem": str(certs / "reader.key"),
+            "/local_disk0/broker-tls/ca.pem": str(certs / "ca.pem"),
             "/Volumes/main/zeek/state/checkpoints/tables": str(site.folder / "checkpoint"),
             '"main.zeek.{path}"': f'"{db}.{{path}}"',
             '"main.zeek.quarantine"': f'"{db}.quarantine"',
@@ -57,7 +57,7 @@ def tables_query(spark: Any, site: Site, db: str) -> Any:
         },
     )
     scope: dict[str, Any] = {"spark": spark}
-    exec(compile(code, "docs/deploy.md#tables-query", "exec"), scope)
+    exec(compile(code, "docs/how-to/databricks.md#tables-query", "exec"), scope)
     return scope["query"]
 
 
