@@ -45,7 +45,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 #: The pages whose every shell and Python block is marked (and run, where marked so).
-MARKED = ("tutorial.md", "demo.md", "command-line.md", "deploy.md", *(f"how-to/{p.name}" for p in sorted((DOCS / "how-to").glob("*.md"))))
+MARKED = (
+    "tutorial.md",
+    "demo.md",
+    "command-line.md",
+    "deploy.md",
+    *(f"how-to/{p.name}" for p in sorted((DOCS / "how-to").glob("*.md"))),
+)
 SHELL = {"sh", "bash", "shell", "console"}
 PYTHON = {"python", "py", "python3"}
 
@@ -115,7 +121,9 @@ def runnable(block: Block) -> bool:
 
 # --- from the doc's site to loopback --------------------------------------------------------
 
-_PORT = re.compile(r'(?<=:)(\d{4,5})\b|\b(\d{4,5})(?=/tcp)|(?<=port: ")(\d{4,5})\b|(?<=-port )(\d{4,5})\b')
+_PORT = re.compile(
+    r'(?<=:)(\d{4,5})\b|\b(\d{4,5})(?=/tcp)|(?<=port: ")(\d{4,5})\b|(?<=-port )(\d{4,5})\b'
+)
 _NUMBER = re.compile(r"\b\d{4,5}\b")
 _HOSTS = re.compile(r"\b(?:[\w-]+\.)+example\.net\b|\b10\.0\.0\.\d{1,3}\b|\b0\.0\.0\.0\b")
 _PATHS = re.compile(r"(?<![\w.])/(?:var/lib|etc/broker-spark|Volumes|local_disk0|data)(?![\w-])")
