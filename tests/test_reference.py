@@ -100,7 +100,7 @@ def test_a_real_relay_status_and_its_metrics_are_what_the_reference_says(spawn, 
 
     spool = tmp_path / "spool"
     node = spawn(
-        "node", "--no-tls", "--listen", "127.0.0.1:0", "--spool", str(spool),
+        "node", "--no-tls", "--listen", "127.0.0.1:0", "--spool", str(spool), "--spool-retention", "1g",
         "--subscribe", "zeek/logs/", "--relay", "127.0.0.1:0",
         "--zeromq-logs", "tcp://127.0.0.1:0", "--zeromq-proxy", "tcp://127.0.0.1:1,tcp://127.0.0.1:2",
         "--websocket-peer", "ws://127.0.0.1:1/", "--metrics", "127.0.0.1:0",

@@ -71,6 +71,12 @@ STATUS_EXAMPLE: dict[str, Any] = {
     "id": "5b0f6c1e-8d0a-4c55-9d43-6a1e0f3b2c11",
     "topics": ["zeek/logs/", "site/events/"],
     "error": None,
+    "paused": False,
+    "disk_free_bytes": 412_000_000_000,
+    "disk_min_free_bytes": 1_073_741_824,
+    "fsync": "interval",
+    "retention_bytes": 500_000_000_000,
+    "retention_seconds": 86_400.0,
     "peers": [{"id": "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "address": "10.0.0.2:41234",
                "status": "Peered"}],
     "sources": [
@@ -81,7 +87,8 @@ STATUS_EXAMPLE: dict[str, Any] = {
          "arrived": 3_547, "refused": {"malformed": 0}, "connected": 1},
         {"kind": "zeromq-logs", "name": "zeromq logs tcp://0.0.0.0:5557", "arrived": 1_230_000,
          "refused": {"undecodable": 2, "connection": 0}, "endpoint": "tcp://0.0.0.0:5557",
-         "curve": True, "batches_received": 1_230_002, "error": None},
+         "curve": True, "batches_received": 1_230_002, "queued": 12, "undecodable": 2,
+         "error": None},
     ],
     "listeners": [
         {"listener": "relay", "address": "0.0.0.0:9998", "connections": 3, "limit": 256,
@@ -395,8 +402,9 @@ def metrics_page() -> str:
         "(`failOnDataLoss`).",
         "- `broker_spark_spool_oldest_age_seconds` against the longest a query may be down: "
         "the spool holds this much time now.",
-        "- `broker_spark_spool_failed` 1: appending stopped (a full disk); nothing is kept "
-        "until it is 0 again.",
+        "- `broker_spark_spool_paused` 1: the disk has less than `--spool-min-free` free; "
+        "the node takes nothing (Zeek keeps what it sends, up to its high-water mark) until "
+        "space returns. `broker_spark_spool_failed` 1: appending stopped for good.",
         "- `broker_spark_source_refused_total` rising: undecodable batches, refused "
         "connections, malformed proxy messages (by `reason`).",
         "- `broker_spark_listener_refused_total` rising: clients turned away "

@@ -44,6 +44,14 @@ STATUS_FIELDS = {
     "bytes": "the bytes of the spool's files",
     "oldest_age_s": "seconds since the oldest record held arrived (null when empty)",
     "error": "why appending stopped (a full disk), or null",
+    "paused": "true while the node takes nothing because its disk has less than "
+    "`disk_min_free_bytes` free (it takes again by itself when space returns)",
+    "disk_free_bytes": "bytes free on the spool's file system",
+    "disk_min_free_bytes": "the free space below which the node stops taking "
+    "(`--spool-min-free`; 0: no guard)",
+    "fsync": "when appends reach the disk: `never`, `interval` (each second) or `always`",
+    "retention_bytes": "the size beyond which the oldest files are dropped (null: no size limit)",
+    "retention_seconds": "the age beyond which the oldest files are dropped (null: no age limit)",
     "peers": "the node's Broker peers, an entry each",
     "peers[].id": "a Broker peer's endpoint id",
     "peers[].address": "its `host:port`",
@@ -59,6 +67,10 @@ STATUS_FIELDS = {
     "sources[].endpoint": "the PULL socket's bound endpoint (`zeromq-logs`)",
     "sources[].curve": "whether the PULL socket requires CURVE (`zeromq-logs`)",
     "sources[].batches_received": "log batches taken from the PULL socket (`zeromq-logs`)",
+    "sources[].queued": "batches taken from the PULL socket and not yet appended "
+    "(`zeromq-logs`; bounded, since it takes only as fast as the spool appends)",
+    "sources[].undecodable": "messages from it that did not decode, kept in the spool as "
+    "undecodable records",
     "sources[].error": "why the source's figures could not be read (a source that is gone)",
     "listeners": "the node's listening ports, an entry each",
     "listeners[].listener": "a listening port: `relay`, `websocket`, `metrics`",
