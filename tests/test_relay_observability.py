@@ -1,8 +1,8 @@
 """What an operator watches a relay with: every metric documented, served over TLS, and the
 dashboard and alert rules in conf/ made of metrics that exist, the rules checked by promtool.
 
-A metric added to the collector without its row in docs/relay.md ("Metrics") fails
-here, and so does a documented one that is gone; the Grafana dashboard and the
+A metric added to the collector without its row in docs/reference/metrics.md (generated:
+make reference) fails here, and so does a documented one that is gone; the Grafana dashboard and the
 Prometheus rules may only name metrics the relay serves (and Prometheus' ``up``).
 ``promtool`` (Debian's prometheus package, which .ci/run installs) checks the rules
 and runs their unit tests; without it the test is skipped, except in CI.
@@ -28,7 +28,7 @@ from test_cli_support import ROOT
 from broker_spark.cli import main
 from broker_spark.spool.metrics import MetricsServer, StatusCollector
 
-DOC = ROOT / "docs" / "relay.md"
+DOC = ROOT / "docs" / "reference" / "metrics.md"
 RULES = ROOT / "conf" / "prometheus" / "broker-spark-relay.rules.yml"
 RULE_TESTS = ROOT / "conf" / "prometheus" / "broker-spark-relay.rules.test.yml"
 DASHBOARD = ROOT / "conf" / "grafana" / "broker-spark-relay.json"
@@ -69,15 +69,12 @@ def served_metrics() -> set[str]:
 
 
 def documented_metrics() -> set[str]:
-    text = DOC.read_text()
-    section = text[text.index("### Metrics") :]
-    section = section[: section.index("\n### ", 5)]
-    return set(re.findall(r"^\| `(broker_spark_[a-z_]+)` \|", section, re.M))
+    return set(re.findall(r"^\| `(broker_spark_[a-z_]+)` \|", DOC.read_text(), re.M))
 
 
 def test_every_metric_is_documented_and_every_documented_one_is_served() -> None:
     served, documented = served_metrics(), documented_metrics()
-    assert served - documented == set(), "metrics without a row in docs/relay.md"
+    assert served - documented == set(), "metrics without a row in docs/reference/metrics.md"
     assert documented - served == set(), "documented metrics a relay does not serve"
     assert len(served) >= 19
 
