@@ -77,6 +77,7 @@ def send_all(push: zmq.Socket, count: int, timeout: float) -> int:
     return sent
 
 
+@pytest.mark.slow  # a real tmpfs filled by a real relay: a minute (make test-slow)
 def test_a_relay_on_a_filling_disk_pauses_serves_and_resumes(spawn, tmp_path: Path) -> None:
     with small_file_system(tmp_path / "small", "24m") as disk:
         filler = disk / "filler"

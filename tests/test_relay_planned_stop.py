@@ -77,6 +77,7 @@ def _stopped(node) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
+@pytest.mark.slow  # a relay stopped under a paced load, several times (make test-slow)
 def test_sigterm_under_load_keeps_everything_read(spawn, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     port = free_port()

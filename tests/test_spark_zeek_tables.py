@@ -367,6 +367,7 @@ def _written_three_ways(spark: Any, db: str, tmp: Path, key: str, messages: list
     return [f"{db}.{key}_{way}_" for way in ways]
 
 
+@pytest.mark.slow  # every recording through ORC and Spark's Parquet writer (make test-slow)
 def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path) -> None:  # noqa: F811
     """ORC and Spark's own Parquet writer (the path of Delta and Iceberg tables) are handed
     the tasks' typed columns: every column of every row equals the Parquet path's, positions
