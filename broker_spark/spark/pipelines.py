@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from broker_spark.spark.tables.stage import DAY, safe_name
+from broker_spark.spark.zeek_schema import generic_log_schema
 from broker_spark.zeek.log_schema import standard_paths, standard_schema
 
 __all__ = ["zeek_tables"]
@@ -122,7 +123,10 @@ def _quarantine_flow(
     def flow() -> Any:
         from pyspark.sql import functions as F
 
-        reader = _reader(spark, options, zeek_version)
+        relay = "relay" in options
+        # ``_path`` and ``log`` whatever ``logs`` names: a reader of one log would otherwise
+        # offer that log's typed columns
+        reader = _reader(spark, options, zeek_version).schema(generic_log_schema(relay))
         if not everything:  # the relays send the tables' logs only
             reader = reader.option("logs", ",".join(paths))
         df = reader.load()
@@ -133,7 +137,7 @@ def _quarantine_flow(
             F.col("log").alias("line"),
             "offset",
             "record",
-            "relay",
+            F.col("relay") if relay else F.lit(None).cast("string").alias("relay"),
             "received_at",
             F.when(other, F.lit(NO_TABLE)).otherwise(F.lit(NOT_DECODED)).alias("reason"),
             F.to_date(F.col("received_at")).alias(DAY),
