@@ -204,6 +204,9 @@ class Session:
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             PYSPARK_PYTHON=sys.executable,
             PYTHONUNBUFFERED="1",
+            # a JVM that spark-submit starts (spark-pipelines' server) keeps its temporary
+            # folders (Hive's <id>_resources among them) in the session's, not in /tmp
+            SPARK_SUBMIT_OPTS=f"-Djava.io.tmpdir={folder}",
         )
         self.background: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.python: subprocess.Popen[str] | None = None

@@ -76,6 +76,10 @@ def run_pipeline(folder: Path) -> str:
     env["PATH"] = os.pathsep.join((bin_dir, env.get("PATH", "")))
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    # the server's JVM keeps its temporary folders (Hive's <id>_resources) in the test's
+    jvm_tmp = folder / "jvm-tmp"
+    jvm_tmp.mkdir(exist_ok=True)
+    env["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={jvm_tmp}"
     done = subprocess.run(
         [os.path.join(bin_dir, "spark-pipelines"), *hive_conf(), "run"],
         cwd=folder,

@@ -87,8 +87,8 @@ class ReceiverWatch:
     def stop(self, known: int | None) -> dict[str, Any]:
         """``broker-spark receiver stop`` on the spool: the pid it stopped, and whether that
         was ``known`` and it is gone with its files (``receiver.json``, the socket)."""
-        from broker_spark.spark.runtime.receiver_files import INFO_FILE, SOCKET_FILE
         from broker_spark.spark.runtime.receiver_attach import ReceiverError, stop_receiver
+        from broker_spark.spark.runtime.receiver_files import INFO_FILE, SOCKET_FILE
 
         try:
             pid = stop_receiver(str(self.spool), 30)

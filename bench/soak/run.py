@@ -332,7 +332,7 @@ class Soak:
             try:
                 with SpoolClient.tcp("127.0.0.1", self.ports["rB"], None) as client:
                     client.hello("status", "soak")
-                    if bool(client.request("status").get("paused")) == want:
+                    if bool(client.request("status")["status"].get("paused")) == want:
                         return True
             except Exception:  # noqa: BLE001 - restarting: ask again
                 pass
