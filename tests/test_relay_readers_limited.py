@@ -28,7 +28,7 @@ from broker_spark import zeek
 from broker_spark.cli import main
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.config import TLSSettings
-from broker_spark.data.msgpack_records import keep_topics, pack_record, unpack_records
+from broker_spark.data.msgpack_records import pack_record, unpack_records
 from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spool.relay_client import RelayError, SpoolClient, served_topics
@@ -41,6 +41,7 @@ from broker_spark.spool.relay_protocol import (
     RelayServerSession,
     encode_message,
 )
+from broker_spark.spool.served_records import keep_records
 from broker_spark.tls import make_contexts
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,9 +50,9 @@ TOPICS = ("zeek/dns/a", "zeek/conn/b", "zeek/dns/c", "zeek/http/d")
 
 
 @given(st.lists(st.sampled_from(TOPICS), max_size=30), st.sampled_from([(), ("zeek/dns/",)]))
-def test_keep_topics_keeps_exactly_the_records_on_the_prefixes(topics, prefixes) -> None:
+def test_keep_records_keeps_exactly_the_records_on_the_prefixes(topics, prefixes) -> None:
     stream = b"".join(pack_record(t, b"\x05\x01x", "s", 7, i) for i, t in enumerate(topics))
-    kept, count = keep_topics(stream, prefixes)
+    kept, count = keep_records(stream, prefixes)
     wanted = [(t, i) for i, t in enumerate(topics) if t.startswith(prefixes)]
     assert [(r.topic, r.offset) for r in unpack_records(kept)] == wanted
     assert count == len(wanted)

@@ -295,7 +295,6 @@ def _malformed(exc: Exception, pos: int) -> DecodeError:
 
 
 __all__ = [
-    "keep_topics",
     "stamped",
     "EXT_ADDRESS",
     "EXT_COUNT",
@@ -325,23 +324,6 @@ __all__ = [
     "unpack_records",
     "unpack_value",
 ]
-
-
-def keep_topics(stream: bytes, prefixes: tuple[str, ...]) -> tuple[bytes, int]:
-    """The records of ``stream`` whose topic starts with one of ``prefixes``, as a record
-    stream (their bytes untouched), and how many there are: what a relay serves a reader
-    its credential limits to some topics (``spool/relay_server.py``)."""
-    unpacker = record_unpacker(stream)
-    kept: list[bytes] = []
-    start = 0
-    for record in unpacker:
-        end = unpacker.tell()
-        if not is_record(record):
-            raise DecodeError(f"record at byte {start} is not a spool record")
-        if record[0].startswith(prefixes):
-            kept.append(stream[start:end])
-        start = end
-    return b"".join(kept), len(kept)
 
 
 def stamped(
