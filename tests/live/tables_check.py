@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +69,34 @@ def assert_table_is_zeeks(
     assert not missing and not extra and n_got == n_want, (
         f"{table}: {n_got} rows for Zeek's {n_want}; missing {missing[:3]}, extra {extra[:3]}"
     )
+
+
+def assert_relays_write_zeeks_tables(
+    spark: Any,
+    db: str,
+    relays: str,
+    oracle: Mapping[str, Sequence[str]],
+    tmp: Path,
+    others: Collection[str] = (),
+) -> None:
+    """One ``write_zeek_tables`` query over ``relays`` (``host:port,...``) from the start
+    of their spools, run until it has read everything, into database ``db``: each log of
+    ``oracle`` (Zeek's JSON lines by path) is its table exactly, and no other table was
+    made but ``others`` (logs of Zeek's processes themselves, not of the traffic)."""
+    from broker_spark.spark.zeek_tables import write_zeek_tables
+
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{tmp / 'warehouse'}'")
+    source = (
+        spark.readStream.format("broker")
+        .option("relay", relays)
+        .option("startingOffsets", "earliest")
+    )
+    query = write_zeek_tables(
+        source, str(tmp / "checkpoint"), table=f"{db}.{{path}}",
+        quarantine=f"{db}.quarantine", trigger={"availableNow": True},
+    )  # fmt: skip
+    query.awaitTermination(240)
+    assert query.exception() is None
+    for path, lines in sorted(oracle.items()):
+        assert_table_is_zeeks(spark, f"{db}.{path}", path, lines, tmp)
+    assert tables_of(spark, db) - set(oracle) <= set(others)

@@ -28,13 +28,12 @@ import spark_fixtures
 from doc_snippets import replace_all, snippet
 from pcaps import TRACES, feed_when_ready, read
 from ports import free_port
-from tables_check import assert_table_is_zeeks, tables_of
+from tables_check import assert_relays_write_zeeks_tables
 from test_cli_support import Command
 from zeek_procs import PROCESS_LOGS, SCRIPTS, ZeekProcess, read_json_logs
 
 import broker_spark as broker
 from broker_spark.data.types import Count, Enum, Port
-from broker_spark.spark.zeek_tables import write_zeek_tables
 
 spark = spark_fixtures.spark
 
@@ -82,21 +81,7 @@ def test_a_zeek_on_the_broker_backend_logs_into_a_relay_and_its_tables_are_zeeks
         logs = {p: lines for p, lines in read_json_logs(folder).items() if p not in PROCESS_LOGS}
         assert {"conn", "dns", "http"} <= set(logs), sorted(logs)
 
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{tmp_path / 'warehouse'}'")
-        source = (
-            spark.readStream.format("broker")
-            .option("relay", relay)
-            .option("startingOffsets", "earliest")
-        )
-        query = write_zeek_tables(
-            source, str(tmp_path / "checkpoint"), table=f"{db}.{{path}}",
-            quarantine=f"{db}.quarantine", trigger={"availableNow": True},
-        )  # fmt: skip
-        query.awaitTermination(240)
-        assert query.exception() is None
-        for path, lines in sorted(logs.items()):
-            assert_table_is_zeeks(spark, f"{db}.{path}", path, lines, tmp_path)
-        assert tables_of(spark, db) - set(logs) <= PROCESS_LOGS
+        assert_relays_write_zeeks_tables(spark, db, relay, logs, tmp_path, PROCESS_LOGS)
     finally:
         node.close()
         spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")

@@ -26,11 +26,9 @@ import spark_fixtures
 from doc_snippets import replace_all, snippet
 from pcaps import TRACES, feed_when_ready, read
 from ports import free_port
-from tables_check import assert_table_is_zeeks, tables_of
+from tables_check import assert_relays_write_zeeks_tables
 from test_cli_support import Command
 from zeek_procs import PROCESS_LOGS, SCRIPTS, ZeekProcess, read_json_logs
-
-from broker_spark.spark.zeek_tables import write_zeek_tables
 
 spark = spark_fixtures.spark
 
@@ -120,21 +118,9 @@ def test_each_logger_of_a_broker_cluster_is_shadowed_by_a_relay_and_the_tables_a
         for node in ("logger-1", "logger-2"):  # round robin: each logger had a share
             assert read_json_logs(tmp_path / node).get("conn"), node
 
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{tmp_path / 'warehouse'}'")
-        source = (
-            spark.readStream.format("broker")
-            .option("relay", ",".join(relay for _port, relay in relays))
-            .option("startingOffsets", "earliest")
+        assert_relays_write_zeeks_tables(
+            spark, db, ",".join(relay for _port, relay in relays), oracle, tmp_path, PROCESS_LOGS
         )
-        query = write_zeek_tables(
-            source, str(tmp_path / "checkpoint"), table=f"{db}.{{path}}",
-            quarantine=f"{db}.quarantine", trigger={"availableNow": True},
-        )  # fmt: skip
-        query.awaitTermination(240)
-        assert query.exception() is None
-        for path, lines in sorted(oracle.items()):
-            assert_table_is_zeeks(spark, f"{db}.{path}", path, lines, tmp_path)
-        assert tables_of(spark, db) - set(oracle) <= PROCESS_LOGS
     finally:
         for proc in procs.values():
             proc.stop()
