@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Any
 
-from broker_spark.addresses import format_host_port
 from broker_spark.cli.args import (
     add_tls_arguments,
     check_tls,
@@ -31,6 +30,7 @@ from broker_spark.cli.args import (
 )
 from broker_spark.cli.errors import CliError, UsageError
 from broker_spark.cli.exposure import check_exposure
+from broker_spark.cli.node_check import check, metrics_tls, say, where
 from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
 from broker_spark.cli.node_sources import (
     CURVE_FLAGS,
@@ -329,84 +329,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check(settings: NodeSettings) -> int:
-    """``node --check``: everything :func:`serve` reads before it binds, read and checked
-    (the TOML and flags, the options, TLS files, CURVE keys, tokens, the spool's folder and
-    the metrics' TLS); prints what would run, and raises CliError on the first fault."""
-    import ssl
-
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
-
-    config = settings.configuration()
-    check_tls(config)
-    try:
-        contexts = make_contexts(TLSSettings.of(config))
-    except (ValueError, OSError, ssl.SSLError) as exc:
-        raise CliError(f"TLS: {exc}") from None
-    curve = curve_keys(settings.curve)
-    for warning in check_exposure(settings, curve):
-        _say(f"warning: {warning}")
-    if settings.zeromq_logs and not settings.log_dir and not settings.spool_dir:
-        raise CliError("--zeromq-logs needs --spool DIR and/or --log-dir DIR")
-    if settings.metrics is not None and not settings.spool_dir:
-        raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
-    if settings.spool_dir:
-        _check_folder(settings.spool_dir, "the spool")
-        if not settings.spool_topics:
-            raise UsageError("--spool needs topics to keep: --subscribe PREFIX (repeatable)")
-        if settings.spool_readers and (contexts is None or not contexts.authenticated):
-            raise UsageError("--reader needs mutual TLS (--cert, --key and --ca)")
-    if settings.log_dir:
-        _check_folder(settings.log_dir, "--log-dir")
-    _metrics_tls(settings)
-    tls = (
-        "plain TCP"
-        if contexts is None
-        else ("mutual TLS" if contexts.authenticated else "anonymous TLS")
-    )
-    _say(f"configuration OK: {tls}")
-    for name, value in (
-        ("listen", settings.listen and _where(settings.listen)),
-        ("spool", settings.spool_dir),
-        ("relay", settings.spool_dir and settings.relay and _where(settings.relay)),
-        ("zeromq logs", settings.zeromq_logs),
-        ("metrics", settings.metrics and _where(settings.metrics)),
-    ):
-        if value:
-            _say(f"  {name:12} {value}")
-    if settings.spool_dir:
-        age = settings.spool_retention_seconds
-        size = settings.spool_retention_bytes
-        _say(
-            f"  {'retention':12} {f'{age:g} s' if age else 'no age limit'}, "
-            f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}"
-        )
-    return 0
-
-
-def _check_folder(path: str, what: str) -> None:
-    """``path`` is a folder this user may write, or one it may make."""
-    probe = path
-    while not os.path.exists(probe):
-        parent = os.path.dirname(os.path.abspath(probe))
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise CliError(f"{what}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise CliError(f"{what}: {probe} is not writable by this user")
-
-
-def _where(address: tuple[str, int]) -> str:
-    return format_host_port(*address)
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
 def serve(
     settings: NodeSettings,
     stop: threading.Event,
@@ -431,12 +353,12 @@ def serve(
     planned = False
     try:
         errors = endpoint.make_status_subscriber()
-        _say(f"node {endpoint.node_id()}")
+        say(f"node {endpoint.node_id()}")
         if relay is not None:  # subscribed before any peering, as the log sink
             relay.subscribe(endpoint)
         zeromq_logs = sources.open_zeromq_logs()
         if zeromq_logs is not None:
-            _say(f"zeromq logs on {zeromq_logs.endpoint}")
+            say(f"zeromq logs on {zeromq_logs.endpoint}")
         for_files = zeromq_logs
         if zeromq_logs is not None and relay is not None:
             if settings.log_dir:  # both keep every batch: one socket, two consumers
@@ -457,38 +379,38 @@ def serve(
             if not port:
                 reason = _reason(errors)
                 if not reason.startswith("cannot listen"):
-                    reason = f"cannot listen on {_where(settings.listen)}: {reason}"
+                    reason = f"cannot listen on {where(settings.listen)}: {reason}"
                 raise CliError(reason)
-            _say(f"listening on {_where((settings.listen[0], port))}")
+            say(f"listening on {where((settings.listen[0], port))}")
         if settings.websocket is not None:
             port = endpoint.web_socket_listen(
                 *settings.websocket, token=settings.websocket_token or None
             )
             if not port:
                 raise CliError(
-                    f"cannot serve the WebSocket API on {_where(settings.websocket)} "
+                    f"cannot serve the WebSocket API on {where(settings.websocket)} "
                     "(address in use or not available?)"
                 )
-            _say(f"websocket listening on {_where((settings.websocket[0], port))}")
+            say(f"websocket listening on {where((settings.websocket[0], port))}")
             if relay is not None:
                 relay.watch(web_socket_admission(endpoint, port))
         errors.reset()
         # from here on, statuses and errors go to the log (and refusals into the counts)
         logger = _StatusLogger(endpoint, relay.counts if relay is not None else None)
         for peer in settings.peers:
-            log.info("peering with %s (redialling every %g s)", _where(peer), settings.retry)
+            log.info("peering with %s (redialling every %g s)", where(peer), settings.retry)
             endpoint.peer_nosync(peer[0], peer[1], settings.retry)
         sources.start(list(settings.spool_topics or settings.forward), settings.retry)
         if relay is not None:
             port = relay.start(_relay_tls(config))
             if port is not None and settings.relay is not None:
-                _say(f"relay listening on {_where((settings.relay[0], port))}")
+                say(f"relay listening on {where((settings.relay[0], port))}")
             if settings.metrics is not None:
-                metrics = _metrics(relay, settings, _metrics_tls(settings))
+                metrics = _metrics(relay, settings, metrics_tls(settings))
                 relay.watch(metrics.admission)
                 scheme = "https" if metrics.tls else "http"
-                _say(
-                    f"metrics listening on {_where((settings.metrics[0], metrics.port))}"
+                say(
+                    f"metrics listening on {where((settings.metrics[0], metrics.port))}"
                     + (f" ({scheme})" if metrics.tls else "")
                 )
         reloader = None
@@ -504,7 +426,7 @@ def serve(
                 receiver=zeromq_logs,
                 websocket_servers=lambda: _websocket_servers(endpoint),
             )
-        _say("ready")
+        say("ready")
         while not stop.wait(0.5):
             if reload is not None and reload.is_set():
                 reload.clear()
@@ -592,22 +514,7 @@ def _metrics(relay: Any, settings: NodeSettings, tls: Any) -> Any:
     try:
         return MetricsServer(relay.status, *address, token=settings.metrics_token or None, tls=tls)
     except OSError as exc:
-        raise CliError(f"cannot serve the metrics on {_where(address)}: {exc}") from None
-
-
-def _metrics_tls(settings: NodeSettings) -> Any:
-    """The metrics' TLS context (None: plain HTTP); CliError when its files do not load."""
-    import ssl
-
-    from broker_spark.cli.node_reload import metrics_context
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
-
-    try:
-        contexts = make_contexts(TLSSettings.of(settings.configuration()))
-        return metrics_context(settings, contexts)
-    except (ValueError, OSError, ssl.SSLError) as exc:
-        raise CliError(f"metrics TLS: {exc}") from None
+        raise CliError(f"cannot serve the metrics on {where(address)}: {exc}") from None
 
 
 def _websocket_servers(endpoint: Any) -> list[Any]:
