@@ -419,3 +419,44 @@ def test_a_table_is_fresh_in_the_session_that_reads_it(spark, db, tmp_path, tabl
     tables(batch_of(batches, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
     assert spark.table(f"{db}.conn").count() == 5
     assert spark.table(f"{db}.conn").where("site = 'dc-1'").count() == 2
+
+
+@pytest.mark.parametrize("table_format", [None, pytest.param("orc", marks=pytest.mark.slow)])
+def test_messages_a_relay_kept_undecodable_go_to_the_quarantine(
+    spark,  # noqa: F811
+    db,
+    tmp_path,
+    table_format,
+) -> None:
+    """A relay keeps what it cannot decode (another serializer's batch, a sender's cut
+    frames); ``write_zeek_tables`` puts each such message in the quarantine, with the
+    relay's reason and its place in the spool, and every log's table is as without them."""
+    import json
+
+    from broker_spark.columnar.log_converter import UNDECODABLE_PATH
+    from broker_spark.zeek.undecodable import UNDECODABLE_TOPIC, pack_undecodable
+
+    good = zmq_log_messages()[:12]
+    renamed = [b"log-write", b"newer-zeek", b"zeek-bin-serializer-v2", good[0][1]]
+    kept = [
+        (UNDECODABLE_TOPIC, pack_undecodable("zeromq-logs", "serializer 'v2'", renamed), "z2"),
+        (UNDECODABLE_TOPIC, pack_undecodable("zeromq-logs", "3 frames", renamed[:3]), "z3"),
+    ]
+    mixed = [*good[:3], kept[0], *good[3:9], kept[1], *good[9:]]
+    per_log = batch_of(spark, good, shape="records").groupBy("_path").count().collect()
+    tables = writer(db, tmp_path, table_format=table_format)
+    tables(batch_of(spark, mixed), 0)
+    tables(batch_of(spark, mixed), 0)  # run again: nothing added
+    quarantine = spark.table(f"{db}.zeek_quarantine").orderBy("offset").collect()
+    assert [(r.log, r.offset) for r in quarantine] == [
+        (UNDECODABLE_PATH, 3),
+        (UNDECODABLE_PATH, 10),
+    ]
+    assert [r.reason for r in quarantine] == [
+        "kept undecodable by the relay: serializer 'v2'",
+        "kept undecodable by the relay: 3 frames",
+    ]
+    assert json.loads(quarantine[1].line)["sender"] == "z3"
+    assert {r._path: r["count"] for r in per_log} == {
+        r._path: spark.table(f"{db}.{r._path}").count() for r in per_log
+    }

@@ -78,3 +78,29 @@ def test_failfast_fails_on_a_kept_message_and_a_typed_query_counts_it() -> None:
     )
     typed.convert(*records)
     assert typed.undecodable == 1
+
+
+def test_rows_of_messages_bytes_show_kept_messages_too() -> None:
+    """What ``write_zeek_tables`` reads (a row per log of each message, holding its bytes):
+    a kept message is a row of its own, ``message`` null and ``log`` its JSON object, so the
+    writer can put it in its quarantine; every message's row is as without it."""
+    from broker_spark.spark.zeek_tables import table_input_schema
+
+    schema = table_input_schema(runs=True, messages=True)
+
+    def rows(bad_at: dict[int, list[bytes]]) -> list[dict]:
+        converter = LogConverter(arrow_schema_of(schema), log_columns(schema, ()))
+        return converter.convert(*_spool_records(bad_at)).to_pylist()
+
+    got = rows({4: [b"log-write", b"x", b"zeek-bin-serializer-v2", b"?"]})
+    plain = rows({})
+    bad = [r for r in got if r["_path"] == UNDECODABLE_PATH]
+    good = [r for r in got if r["_path"] != UNDECODABLE_PATH]
+    assert len(bad) == 1 and bad[0]["message"] is None and bad[0]["records"] == 1
+    assert bad[0]["offset"] == 4 and json.loads(bad[0]["log"])["reason"] == "serializer 'v2'"
+    assert bad[0]["log_schema_id"] is None
+    strip = ("offset", "received_at")  # the kept record moves the later ones by one
+    assert [{k: v for k, v in r.items() if k not in strip} for r in good] == [
+        {k: v for k, v in r.items() if k not in strip} for r in plain
+    ]
+    assert all(r["message"] is not None and r["log"] is None for r in good)

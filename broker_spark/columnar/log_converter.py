@@ -28,7 +28,9 @@ decode and kept (:mod:`~broker_spark.zeek.undecodable`: a newer Zeek's format, a
 sender's bad frames) is an **undecodable row** in the generic output: ``_path``
 is :data:`UNDECODABLE_PATH` and ``log`` a JSON object with its ``source``,
 ``reason``, ``sender`` and ``frames`` (base64), so nothing a relay kept is out
-of sight; typed queries (one log's columns) have no place for it and count it.
+of sight (rows of messages' bytes too: ``message`` null, for the tables
+writer's quarantine); typed queries (one log's columns) and readers of some logs
+have no place for it and count it.
 """
 
 from __future__ import annotations
@@ -165,9 +167,7 @@ class LogConverter:
     ) -> pa.RecordBatch:
         scanner = LogScanner(self.registry, self.paths, self.on_schema)
         kept: list[int] = []  # messages a relay kept undecodable, shown as rows
-        show_kept = (
-            self.columns.generic and self.paths is None and MESSAGE not in self.columns.roles
-        )
+        show_kept = self.columns.generic and self.paths is None
 
         def broken(i: int) -> None:
             if self.strict:
@@ -187,9 +187,10 @@ class LogConverter:
         if self.columns.generic and MESSAGE in self.columns.roles and not self.strict:
             schemas = [self._names_for(group) for group in groups]
             fields = {"topic": topics, "sender": senders, "received": received, "offset": offsets}
+            lines = _undecodable_lines(kept, data, starts, ends, senders)
             rows = message_rows(
                 groups, schemas, data, (starts, ends), fields, self.schema, self.columns.roles,
-                self.relay,
+                self.relay, [(i, UNDECODABLE_PATH, line) for i, line in zip(kept, lines, strict=True)],
             )  # fmt: skip
             if rows is not None:  # else a message holds a log under two schemas: runs of lines
                 self.unnamed += sum(len(g.starts) for g in groups if g.schema is None)
@@ -399,6 +400,27 @@ def _undecodable_piece(
     records: int,
 ) -> _Piece:
     """Rows for messages a relay kept undecodable, after every record found (``records``)."""
+    n = len(kept)
+    piece = _Piece(
+        np.arange(records, records + n, dtype=np.int64),
+        np.asarray(kept, dtype=np.int64),
+        UNDECODABLE_PATH,
+    )
+    piece.columns["log"] = pa.array(
+        _undecodable_lines(kept, data, starts, ends, senders), pa.string()
+    )
+    return piece
+
+
+def _undecodable_lines(
+    kept: list[int],
+    data: bytes,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    senders: Sequence[str],
+) -> list[str]:
+    """The ``log`` of each kept message's row: a JSON object of its source, reason, sender
+    and frames (base64)."""
     import base64
     import json
 
@@ -415,14 +437,7 @@ def _undecodable_piece(
         except DecodeError as exc:
             line = {"source": None, "reason": str(exc), "sender": senders[i], "frames": []}
         lines.append(json.dumps(line, separators=(",", ":")))
-    n = len(kept)
-    piece = _Piece(
-        np.arange(records, records + n, dtype=np.int64),
-        np.asarray(kept, dtype=np.int64),
-        UNDECODABLE_PATH,
-    )
-    piece.columns["log"] = pa.array(lines, pa.string())
-    return piece
+    return lines
 
 
 def _first_only(piece: _Piece) -> pa.Array:

@@ -15,7 +15,10 @@ message to count them: it decodes nothing.
 A message may hold records of one log read with two schemas (two of Zeek's
 streams writing one path): a row could not say which of its records are
 whose, so such a partition is read as runs of JSON lines instead (``message``
-null), which every consumer of these rows also takes.
+null), which every consumer of these rows also takes. A message a relay kept
+undecodable is a row of its own as well: ``message`` null and ``log`` its
+JSON object (:mod:`~broker_spark.columnar.log_converter`'s undecodable row), so
+the tables writer can put it in its quarantine.
 :mod:`~broker_spark.spark.tables.message_decode` decodes the rows (typed, or back
 into runs of JSON lines for Spark's own parse).
 """
@@ -49,12 +52,14 @@ def message_rows(
     schema: pa.Schema,
     roles: dict[str, str],
     relay: str | None,
+    kept: Sequence[tuple[int, str, str]] = (),
 ) -> pa.RecordBatch | None:
     """The rows of ``groups`` (a scan's groups of records, each read with ``schemas[i]``), a
     row per message and log; None when a message holds one log under two schemas.
     ``spans`` are the messages' payload starts and ends in ``data``, ``fields`` their
     ``topic``, ``sender``, ``received`` (ns) and ``offset``; ``roles`` maps the output's
-    roles to its column names."""
+    roles to its column names. ``kept``: rows of their own after those, ``(message, path,
+    line)`` with no message bytes (a message a relay kept undecodable)."""
     rows: dict[tuple[int, str], list] = {}  # (message, path): [first place, count, schema]
     for group, read_as in zip(groups, schemas, strict=True):
         sid = schema_texts(read_as) if read_as is not None else ("", None)
@@ -67,7 +72,11 @@ def message_rows(
             else:
                 row[0], row[1] = min(row[0], place), row[1] + count
     keys = sorted(rows, key=lambda k: (k[0], rows[k][0]))
+    for message, path, _line in kept:
+        rows[(message, path)] = [0, 1, (None, None)]
+        keys.append((message, path))
     n = len(keys)
+    lines = [None] * (n - len(kept)) + [line for _m, _p, line in kept]
     messages = np.fromiter((m for m, _p in keys), dtype=np.int64, count=n)
     ids = [rows[k][2] for k in keys]
     seen: set[str] = set()
@@ -79,8 +88,11 @@ def message_rows(
     taken = pa.array(messages)
     made = {
         "_path": lambda: pa.array([p for _m, p in keys], pa.string()),
-        "log": lambda: pa.nulls(n, pa.string()),
-        "message": lambda: pa.array([data[starts[m] : ends[m]] for m in messages], pa.binary()),
+        "log": lambda: pa.array(lines, pa.string()) if kept else pa.nulls(n, pa.string()),
+        "message": lambda: pa.array(
+            [data[starts[m] : ends[m]] for m in messages[: n - len(kept)]] + [None] * len(kept),
+            pa.binary(),
+        ),
         "topic": lambda: per_message_text(fields["topic"], taken),
         "sender": lambda: per_message_text(fields["sender"], taken),
         "received_at": lambda: received_times(fields["received"], taken),

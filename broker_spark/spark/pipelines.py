@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from broker_spark.columnar.log_converter import UNDECODABLE_PATH
+from broker_spark.spark.tables.columns import KEPT_UNDECODABLE
 from broker_spark.spark.tables.stage import DAY, safe_name
 from broker_spark.spark.zeek_schema import generic_log_schema
 from broker_spark.zeek.log_schema import standard_paths, standard_schema
@@ -131,7 +133,9 @@ def _quarantine_flow(
             reader = reader.option("logs", ",".join(paths))
         df = reader.load()
         other = ~F.col("_path").isin(list(paths))
+        kept = F.col("_path") == UNDECODABLE_PATH
         taken = df.where(other | F.col("log").isNull())
+        relays_reason = F.coalesce(F.get_json_object(F.col("log"), "$.reason"), F.lit("?"))
         return taken.select(
             F.col("_path").alias("log"),
             F.col("log").alias("line"),
@@ -139,7 +143,10 @@ def _quarantine_flow(
             "record",
             F.col("relay") if relay else F.lit(None).cast("string").alias("relay"),
             "received_at",
-            F.when(other, F.lit(NO_TABLE)).otherwise(F.lit(NOT_DECODED)).alias("reason"),
+            F.when(kept, F.concat(F.lit(KEPT_UNDECODABLE), relays_reason))
+            .when(other, F.lit(NO_TABLE))
+            .otherwise(F.lit(NOT_DECODED))
+            .alias("reason"),
             F.to_date(F.col("received_at")).alias(DAY),
         )
 

@@ -25,6 +25,7 @@ from broker_spark.spark.zeek_schema import (
 
 __all__ = [
     "KEPT_METADATA",
+    "KEPT_UNDECODABLE",
     "POSITION",
     "clash_of",
     "each_record",
@@ -38,6 +39,8 @@ __all__ = [
 #: The position and provenance columns every table row keeps, beside the log's own.
 POSITION = ("offset", "record", "relay")
 KEPT_METADATA = ("topic", "sender", "received_at", *POSITION)
+#: The quarantine's reason for a message a relay kept undecodable: the relay's reason follows.
+KEPT_UNDECODABLE = "kept undecodable by the relay: "
 
 
 def table_input_schema(runs: bool = False, messages: bool = False) -> Any:

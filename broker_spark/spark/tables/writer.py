@@ -59,8 +59,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_spark.columnar.log_converter import UNDECODABLE_PATH
 from broker_spark.spark.tables.columns import (
     KEPT_METADATA,
+    KEPT_UNDECODABLE,
     clash_of,
     each_record,
     merged,
@@ -201,11 +203,15 @@ class ZeekTables:
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
         groups = self._stage(batch, folder, zone)
         by_table: dict[str, dict[str, list[str]]] = {}
+        kept = []
         for (path, sid), group in sorted(groups.items()):
+            if path == UNDECODABLE_PATH:
+                kept = self._kept_undecodable(batch)
+                continue
             if group.schema is not None and sid not in self._schemas:
                 self._schemas[sid] = LogSchema.from_json(json.loads(group.schema), "the stream")
             by_table.setdefault(self._table_of(path), {}).setdefault(path, []).append(sid)
-        quarantined = self._each_table(
+        quarantined = kept + self._each_table(
             sorted(by_table),
             lambda name: self._write_table(batch, name, by_table[name], batch_id, groups, folder),
         )
@@ -281,15 +287,39 @@ class ZeekTables:
         df = batch.select(*self._input_columns(batch)).persist()
         try:
             by_table: dict[str, dict[str, list[str]]] = {}
+            kept = []
             for path, ids in self._learn(df).items():
+                if path == UNDECODABLE_PATH:
+                    kept = self._kept_undecodable(df)
+                    continue
                 by_table.setdefault(self._table_of(path), {})[path] = sorted(ids)
-            quarantined = self._each_table(
+            quarantined = kept + self._each_table(
                 sorted(by_table),
                 lambda name: self._write_table(df, name, by_table[name], batch_id),
             )
             self._quarantine(df.sparkSession, quarantined, batch_id)
         finally:
             df.unpersist()
+
+    def _kept_undecodable(self, rows: Any) -> list[Any]:
+        """The quarantine's rows of the messages a relay kept undecodable (``rows``: the
+        stream's), their reason the relay's; none without a quarantine (the relay's spool
+        still holds them, and ``format=zeek-logs`` shows them), said in the log."""
+        from pyspark.sql import functions as F
+
+        kept = rows.where(F.col("_path") == UNDECODABLE_PATH)
+        if self.quarantine is None:
+            log.warning(
+                "messages a relay kept undecodable are in this batch and there is no "
+                "quarantine table: not written (the relay's spool keeps them)"
+            )
+            return []
+        reason = F.concat(
+            F.lit(KEPT_UNDECODABLE),
+            F.coalesce(F.get_json_object(F.col("line"), "$.reason"), F.lit("?")),
+        )
+        lines = each_record(kept, {}, self.zeek_version)
+        return [quarantine_rows(lines, "").withColumn("reason", reason)]
 
     @staticmethod
     def _input_columns(batch: Any) -> list[str]:
