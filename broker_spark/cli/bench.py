@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "zeek_logs": ("--quick",),
     "zeromq_logs": ("--seconds", "2"),
     "relay": ("--quick",),
+    "relay_logs": ("--rows", "100000", "--repeat", "1"),
     "relay_restarts": ("--restarts", "2", "--period", "2", "--pacing-seconds", "1"),
     "spool_durability": ("--seconds", "1"),
     "spark_cluster": ("--quick",),
