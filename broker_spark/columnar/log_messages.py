@@ -76,7 +76,6 @@ def message_rows(
         rows[(message, path)] = [0, 1, (None, None)]
         keys.append((message, path))
     n = len(keys)
-    lines = [None] * (n - len(kept)) + [line for _m, _p, line in kept]
     messages = np.fromiter((m for m, _p in keys), dtype=np.int64, count=n)
     ids = [rows[k][2] for k in keys]
     seen: set[str] = set()
@@ -88,7 +87,9 @@ def message_rows(
     taken = pa.array(messages)
     made = {
         "_path": lambda: pa.array([p for _m, p in keys], pa.string()),
-        "log": lambda: pa.array(lines, pa.string()) if kept else pa.nulls(n, pa.string()),
+        "log": lambda: pa.concat_arrays(
+            [pa.nulls(n - len(kept), pa.string()), pa.array([k[2] for k in kept], pa.string())]
+        ),
         "message": lambda: pa.array(
             [data[starts[m] : ends[m]] for m in messages[: n - len(kept)]] + [None] * len(kept),
             pa.binary(),

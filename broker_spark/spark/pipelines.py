@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from broker_spark.columnar.log_converter import UNDECODABLE_PATH
-from broker_spark.spark.tables.columns import KEPT_UNDECODABLE
+from broker_spark.spark.tables.columns import kept_undecodable_reason
 from broker_spark.spark.tables.stage import DAY, safe_name
 from broker_spark.spark.zeek_schema import generic_log_schema
 from broker_spark.zeek.log_schema import standard_paths, standard_schema
@@ -135,7 +135,6 @@ def _quarantine_flow(
         other = ~F.col("_path").isin(list(paths))
         kept = F.col("_path") == UNDECODABLE_PATH
         taken = df.where(other | F.col("log").isNull())
-        relays_reason = F.coalesce(F.get_json_object(F.col("log"), "$.reason"), F.lit("?"))
         return taken.select(
             F.col("_path").alias("log"),
             F.col("log").alias("line"),
@@ -143,7 +142,7 @@ def _quarantine_flow(
             "record",
             F.col("relay") if relay else F.lit(None).cast("string").alias("relay"),
             "received_at",
-            F.when(kept, F.concat(F.lit(KEPT_UNDECODABLE), relays_reason))
+            F.when(kept, kept_undecodable_reason(F.col("log")))
             .when(other, F.lit(NO_TABLE))
             .otherwise(F.lit(NOT_DECODED))
             .alias("reason"),

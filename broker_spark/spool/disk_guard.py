@@ -15,7 +15,8 @@ Looking costs one ``statvfs`` call, made every ``check_every`` seconds and
 whenever the pumps have written half of the room the last look found, so the
 guard is cheap on every take and still stops in time at any rate: what lands
 below the limit is at most the one take in flight when the guard looked (a
-source hands over up to 1 MiB at a time), which the default limit dwarfs.
+ZeroMQ logger hands over up to 1 MiB at a time, a Broker subscription up to a
+pump's batch of messages), which the default limit dwarfs.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from broker_spark.spark.zeek_schema import (
 __all__ = [
     "KEPT_METADATA",
     "KEPT_UNDECODABLE",
+    "kept_undecodable_reason",
     "POSITION",
     "clash_of",
     "each_record",
@@ -131,15 +132,26 @@ def merged(present: dict[str, Any], schema: Any) -> dict[str, Any]:
     return out
 
 
-def quarantine_rows(rows: Any, reason: str) -> Any:
-    """The quarantine table's rows for ``rows``: the log, the raw line, the position, why."""
+def kept_undecodable_reason(line: Any) -> Any:
+    """The quarantine's reason (a Column) for a message a relay kept undecodable whose
+    JSON object is ``line``: :data:`KEPT_UNDECODABLE` and the relay's own reason."""
     from pyspark.sql import functions as F
 
+    relays = F.coalesce(F.get_json_object(line, "$.reason"), F.lit("?"))
+    return F.concat(F.lit(KEPT_UNDECODABLE), relays)
+
+
+def quarantine_rows(rows: Any, reason: Any) -> Any:
+    """The quarantine table's rows for ``rows``: the log, the raw line, the position, why
+    (``reason``: words, or a Column of the stream's rows)."""
+    from pyspark.sql import functions as F
+
+    why = F.lit(reason) if isinstance(reason, str) else reason
     return rows.select(
         F.col("_path").alias("log"),
         F.col("log").alias("line"),
         *POSITION,
         "received_at",
-        F.lit(reason).alias("reason"),
+        why.alias("reason"),
         F.to_date(F.col("received_at")).alias(DAY),
     )

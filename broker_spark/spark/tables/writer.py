@@ -62,9 +62,9 @@ from typing import Any
 from broker_spark.columnar.log_converter import UNDECODABLE_PATH
 from broker_spark.spark.tables.columns import (
     KEPT_METADATA,
-    KEPT_UNDECODABLE,
     clash_of,
     each_record,
+    kept_undecodable_reason,
     merged,
     quarantine_rows,
     table_input_schema,
@@ -314,12 +314,8 @@ class ZeekTables:
                 "quarantine table: not written (the relay's spool keeps them)"
             )
             return []
-        reason = F.concat(
-            F.lit(KEPT_UNDECODABLE),
-            F.coalesce(F.get_json_object(F.col("line"), "$.reason"), F.lit("?")),
-        )
         lines = each_record(kept, {}, self.zeek_version)
-        return [quarantine_rows(lines, "").withColumn("reason", reason)]
+        return [quarantine_rows(lines, kept_undecodable_reason(F.col("log")))]
 
     @staticmethod
     def _input_columns(batch: Any) -> list[str]:
