@@ -36,54 +36,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def _serve(path: str, ports: Any, stop: Any, served: Any) -> None:
-    """A relay's server over the spool in a process of its own; reports what it sent."""
-    import resource
-
-    from broker_spark.spool.relay_server import RelayServer
-    from broker_spark.spool.schema_history import LogSchemaHistory
-    from broker_spark.spool.service import SpoolService
-    from broker_spark.spool.spool import Spool
-
-    spool = Spool(path, index_interval=8)
-    server = RelayServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
-    ports.put(server.serve_tcp("127.0.0.1", 0))
-    stop.wait()
-    server.close()
-    spool.close()
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    served.put((server.served_records, server.served_bytes, use.ru_utime + use.ru_stime))
-
-
-class _Relay:
-    """The relay process of one query."""
-
-    def __init__(self, path: str) -> None:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        ports, self._stop, self._served = ctx.Queue(), ctx.Event(), ctx.Queue()
-        self._proc = ctx.Process(
-            target=_serve, args=(path, ports, self._stop, self._served), daemon=True
-        )
-        self._proc.start()
-        self.port = ports.get(timeout=60)
-
-    def close(self) -> tuple[int, int, float]:
-        """(records sent, bytes sent, the relay process's CPU seconds)."""
-        self._stop.set()
-        try:
-            return self._served.get(timeout=30)
-        finally:
-            self._proc.join(30)
-
-
 def _read(spark: Any, spool: str, logs: str | None) -> dict[str, Any]:
+    from relay import _Relay
     from spark_stream import CpuSampler, run_to_end
 
     from broker_spark.spark.zeek_schema import generic_log_schema
 
-    relay = _Relay(spool)
+    relay = _Relay(spool, 8)
     try:
         reader = (
             spark.readStream.format("broker")
