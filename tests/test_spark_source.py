@@ -128,6 +128,10 @@ def test_max_records_per_trigger_makes_several_batches(spark: Any, hub: broker.E
     )
     with running(query):
         watch.wait_subscribed(TOPIC)
+        # Spark before 4.2 asks for the first batch's end before the reader knows its
+        # start, and that batch takes all the spool holds (docs/spark.md, footnote 2): publish
+        # once that question is answered (its trigger reported), so every batch is limited.
+        wait_for(lambda: bool(query.recentProgress), 60, "the query's first trigger")
         _publish(hub, 0, 50)
         drain_until(query, lambda: _count(spark, "limited"), 50)
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]

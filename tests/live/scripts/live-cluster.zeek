@@ -4,6 +4,11 @@
 ##! serves Zeek's WebSocket API, publishes one Live::typed event to each topic under
 ##! site/ that somebody subscribes to (once per topic), and prints every Live::typed
 ##! event that reaches it on site/to-zeek/.
+##!
+##! A WebSocket client's topics (site/ws-...) get theirs once the client is added, not
+##! at the ZeroMQ subscription: Zeek discards what reaches a WebSocket client before
+##! its ack (src/cluster/websocket/WebSocket.cc), and the subscription is seen before
+##! the ack is sent.
 
 # The backend, the proxy's endpoints and the CURVE keys, as zeekctl writes them (generated).
 @load zeekctl-config
@@ -41,7 +46,7 @@ event zeek_init() &priority=-100
 	say(fmt("live manager up, websocket on %s", websocket_port));
 	}
 
-event Cluster::Backend::ZeroMQ::subscription(topic: string)
+function publish_once(topic: string)
 	{
 	if ( ! starts_with(topic, "site/") || starts_with(topic, "site/to-zeek/") )
 		return;
@@ -49,6 +54,19 @@ event Cluster::Backend::ZeroMQ::subscription(topic: string)
 		return;
 	add published[topic];
 	publish_typed(topic + "typed");
+	}
+
+event Cluster::Backend::ZeroMQ::subscription(topic: string)
+	{
+	if ( ! starts_with(topic, "site/ws-") )
+		publish_once(topic);
+	}
+
+event Cluster::websocket_client_added(endpoint: Cluster::EndpointInfo, subscriptions: string_vec)
+	{
+	for ( i in subscriptions )
+		if ( starts_with(subscriptions[i], "site/ws-") )
+			publish_once(subscriptions[i]);
 	}
 
 @endif
