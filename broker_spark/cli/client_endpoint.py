@@ -84,29 +84,29 @@ class Client:
     def connect(self, topics: tuple[str, ...] = ()) -> None:
         """Peer (or connect to the WebSocket API, subscribing to ``topics``; what this
         endpoint publishes goes there on any topic); CliError when it cannot."""
-        ep = self.endpoint
+        from broker_spark.source_opener import SourceError, SourceOpener, SourceUnreachable
+
+        opener = SourceOpener(self.endpoint, self._statuses)
         deadline = time.monotonic() + self.wait
         while True:
             try:
                 if self.zeromq:
-                    ok = ep.zeromq_join(*self.zeromq, timeout=max(self.wait, 5.0))
+                    opener.zeromq_proxy(*self.zeromq, timeout=max(self.wait, 5.0))
                 elif self.ws:
-                    ok = ep.web_socket_peer(self.ws, topics, retry=0)
+                    opener.websocket(self.ws, topics)
                 else:
-                    ok = ep.peer(self.peer[0], self.peer[1], retry=0)
-            except ValueError as exc:  # e.g. a URL that is not ws:// or wss://
-                raise CliError(f"cannot connect to {self.target}: {exc}") from None
-            if ok:
-                log.debug("connected to %s", self.target)
-                return
-            reason = self._last_error() or "the connection failed"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if not reason.startswith("cannot connect to"):
-                    reason = f"cannot connect to {self.target}: {reason}"
-                raise CliError(reason)
-            log.debug("cannot connect to %s (%s), retrying", self.target, reason)
-            time.sleep(min(0.5, remaining))
+                    opener.peer(self.peer[0], self.peer[1])
+            except SourceUnreachable as exc:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CliError(str(exc)) from None
+                log.debug("%s, retrying", exc)
+                time.sleep(min(0.5, remaining))
+                continue
+            except SourceError as exc:  # e.g. a URL that is not ws:// or wss://
+                raise CliError(str(exc)) from None
+            log.debug("connected to %s", self.target)
+            return
 
     def lost(self) -> str | None:
         """Why the connection went away since the last call (needs ``watch``), or None."""
@@ -117,15 +117,6 @@ class Client:
             if isinstance(item, Status) and item.code() in (SC.PeerLost, SC.PeerRemoved):
                 return item.message() or item.code().name
         return None
-
-    def _last_error(self) -> str:
-        from broker_spark.status import Error
-
-        message = ""
-        for item in self._statuses.poll():
-            if isinstance(item, Error):
-                message = item.message()
-        return message
 
     def finish(self, publisher: Any = None, timeout: float = FINISH_TIMEOUT) -> None:
         """Deliver what was published, say goodbye and shut down (see the module docstring)."""

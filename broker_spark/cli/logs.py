@@ -162,32 +162,38 @@ def _check_exposure(args: argparse.Namespace) -> None:
 
 def zeromq_log_receiver(bind: str) -> Any:
     """The ZeroMQ logger role for the command line (CURVE from Zeek's environment variables)."""
+    from broker_spark.source_opener import SourceError, open_zeromq_logs
     from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
-    from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
 
     try:
-        receiver = ZeroMQLogReceiver(bind, curve=CurveKeys.resolve(None))
-    except (CurveConfigError, ZeroMQBindError) as exc:
+        return open_zeromq_logs(bind, CurveKeys.resolve(None))
+    except (CurveConfigError, SourceError) as exc:
         raise CliError(str(exc)) from None
-    log.info(
-        "waiting for Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
-    )
-    return receiver
 
 
 def _connect(endpoint: Any, args: argparse.Namespace) -> None:
+    from broker_spark.source_opener import SourceError, SourceOpener, SourceUnreachable
+
+    opener = SourceOpener(endpoint, endpoint.make_status_subscriber(False))
     if args.listen is not None:
         host, port = args.listen
-        bound = endpoint.listen(host, port)
-        if not bound:
-            raise CliError(f"cannot listen on {host}:{port} (address in use or not local?)")
+        try:
+            bound = opener.listen(host, port)
+        except SourceError as exc:
+            raise CliError(str(exc)) from None
         log.info("waiting for Zeek to peer on %s:%d", host, bound)
         return
     host, port = args.peer
     deadline = time.monotonic() + args.wait
-    while not endpoint.peer(host, port, retry=0):
-        if time.monotonic() >= deadline:
-            raise CliError(f"cannot peer with {host}:{port} (is Zeek listening there?)")
+    while True:
+        try:
+            opener.peer(host, port)
+            break
+        except SourceUnreachable as exc:
+            if time.monotonic() >= deadline:
+                raise CliError(f"{exc} (is Zeek listening there?)") from None
+        except SourceError as exc:
+            raise CliError(str(exc)) from None
         time.sleep(0.5)
     log.info("peered with %s:%d", host, port)
 

@@ -38,6 +38,7 @@ from broker_spark.cli.node_sources import (
     add_source_arguments,
     curve_keys,
 )
+from broker_spark.source_opener import SourceError, SourceOpener
 
 __all__ = ["register", "run", "serve"]
 
@@ -375,12 +376,10 @@ def serve(
             endpoint.forward(settings.forward)
         _attach_stores(endpoint, settings)
         if settings.listen is not None:
-            port = endpoint.listen(*settings.listen)
-            if not port:
-                reason = _reason(errors)
-                if not reason.startswith("cannot listen"):
-                    reason = f"cannot listen on {where(settings.listen)}: {reason}"
-                raise CliError(reason)
+            try:
+                port = SourceOpener(endpoint, errors).listen(*settings.listen)
+            except SourceError as exc:
+                raise CliError(str(exc)) from None
             say(f"listening on {where((settings.listen[0], port))}")
         if settings.websocket is not None:
             port = endpoint.web_socket_listen(
@@ -566,13 +565,6 @@ def _relay_tls(config: Any) -> Any:
 
     contexts = make_contexts(TLSSettings.of(config))
     return contexts.server if contexts is not None else None
-
-
-def _reason(errors: Any) -> str:
-    from broker_spark.status import Error
-
-    messages = [e.message() for e in errors.poll() if isinstance(e, Error)]
-    return messages[-1] if messages else "unknown reason"
 
 
 def _attach_stores(endpoint: Any, settings: NodeSettings) -> None:

@@ -30,6 +30,13 @@ from typing import Any
 
 from broker_spark.cli.args import secret_text
 from broker_spark.cli.errors import CliError
+from broker_spark.source_opener import (
+    SourceError,
+    SourceMisconfigured,
+    SourceOpener,
+    SourceUnreachable,
+    open_zeromq_logs,
+)
 
 __all__ = ["CURVE_FLAGS", "NodeSources", "add_source_arguments", "curve_keys"]
 
@@ -107,6 +114,7 @@ class NodeSources:
         self.endpoint = endpoint
         self.counts = counts  # the relay's SourceCounts, when there is a relay
         self.curve = curve_keys(settings.curve)
+        self.opener = SourceOpener(endpoint)
         self.receiver: Any = None
         self._stop = threading.Event()
         self._joiner: threading.Thread | None = None
@@ -124,11 +132,9 @@ class NodeSources:
         bind = self.settings.zeromq_logs
         if not bind:
             return None
-        from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
-
         try:
-            receiver = ZeroMQLogReceiver(bind, curve=self.curve)
-        except ZeroMQBindError as exc:
+            receiver = open_zeromq_logs(bind, self.curve)
+        except SourceError as exc:
             raise CliError(str(exc)) from None
         self.receiver = receiver
         if self.counts is not None:
@@ -143,11 +149,6 @@ class NodeSources:
                     "refused": {"connection": receiver.refused},
                 },
             )
-        log.info(
-            "waiting for Zeek's logs on %s%s",
-            receiver.endpoint,
-            " (CURVE)" if receiver.curve else "",
-        )
         return receiver
 
     # --- events through the cluster's proxy and Zeek's WebSocket API -------------------------
@@ -160,9 +161,11 @@ class NodeSources:
             shown = without_credentials(url)
             log.info("subscribing at the WebSocket API %s (redialling every %g s)", shown, retry)
             try:
-                self.endpoint.web_socket_peer(url, topics, retry=retry or JOIN_RETRY)
-            except ValueError as exc:
-                raise CliError(f"--websocket-peer {shown}: {exc}") from None
+                self.opener.websocket(url, topics, retry=retry or JOIN_RETRY)
+            except SourceMisconfigured as exc:
+                raise CliError(f"--websocket-peer {shown}: {exc.why}") from None
+            except SourceUnreachable:  # the bridge redials by itself (its error is logged)
+                log.info("WebSocket API %s not reached yet: redialling", shown)
         if self.settings.websocket_peers and self.counts is not None:
             self.counts.register(
                 "websocket",
@@ -174,7 +177,7 @@ class NodeSources:
         if self.curve is not None and self.curve.any:
             from broker_spark.zeromq.curve import CurveConfigError
 
-            try:
+            try:  # checked here too, so a wrong key stops the node at its start
                 self.curve.require_client()
             except CurveConfigError as exc:
                 raise CliError(f"--zeromq-proxy with CURVE: {exc}") from None
@@ -210,11 +213,17 @@ class NodeSources:
         while not self._stop.is_set():
             if not self._links("zeromq"):
                 try:
-                    joined = self.endpoint.zeromq_join(xsub, xpub, curve=self.curve, timeout=10.0)
-                except Exception as exc:  # a malformed address: say so once and stop
-                    log.error("cannot join the ZeroMQ proxy at %s and %s: %s", xsub, xpub, exc)
+                    self.opener.zeromq_proxy(xsub, xpub, curve=self.curve, timeout=10.0)
+                except SourceMisconfigured as exc:  # say so once and stop
+                    log.error("%s", exc)
                     return
-                if joined:
+                except SourceUnreachable:
+                    pass  # the endpoint reported why; tried again in JOIN_RETRY s
+                except Exception as exc:  # the endpoint shut down under us
+                    if not self._stop.is_set():
+                        log.error("joining the ZeroMQ proxy failed: %s", exc)
+                    return
+                else:
                     log.info("joined the Zeek cluster through its proxy at %s and %s", xsub, xpub)
             self._stop.wait(JOIN_RETRY)
 

@@ -80,8 +80,10 @@ def normalize_url(url: str) -> str:
     """``url`` with the API's path when it has none; ValueError when it is no ws(s) URL."""
     try:
         parsed = parse_uri(url)
-    except Exception as exc:  # websockets' InvalidURI
-        raise ValueError(f"not a WebSocket URL: {without_credentials(url)!r} ({exc})") from None
+    except Exception as exc:  # websockets' InvalidURI (which quotes the URL as given)
+        shown = without_credentials(url)
+        why = str(exc).replace(url, shown)
+        raise ValueError(f"not a WebSocket URL: {shown!r} ({why})") from None
     if parsed.path in ("", "/"):
         base = url.rstrip("/") if not parsed.query else url.split("?", 1)[0].rstrip("/")
         return base + JSON_PATH + (f"?{parsed.query}" if parsed.query else "")

@@ -2,8 +2,9 @@
 
 Both the stream reader (driver side, long-lived) and the writers (one short
 endpoint per task) come here: build a :class:`Configuration` from the ``ssl.*``
-options, then ``listen``, ``peer`` and/or connect to a ``websocket`` API. Any
-failure shuts the half-built endpoint down and raises
+options, then ``listen``, ``peer`` and/or connect to a ``websocket`` API (each
+opened by :class:`~broker_spark.source_opener.SourceOpener`, the command's opener
+too). Any failure shuts the half-built endpoint down and raises
 :class:`~broker_spark.spark.options.BrokerOptionError` naming the option and
 what went wrong (the endpoint's own error status when it gave one), so a query
 fails at start with a message that says what to fix.
@@ -17,7 +18,13 @@ from typing import Any
 
 from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
-from broker_spark.spark.options import BrokerOptionError, ConnectionOptions, HostPort
+from broker_spark.source_opener import (
+    SourceError,
+    SourceMisconfigured,
+    SourceOpener,
+    open_zeromq_logs,
+)
+from broker_spark.spark.options import BrokerOptionError, ConnectionOptions
 
 __all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
 
@@ -45,23 +52,6 @@ class EndpointSettings:
         return config
 
 
-def _errors_text(statuses: Any) -> str:
-    """The messages of the errors the endpoint reported (``""`` if none)."""
-    if statuses is None:
-        return ""
-    try:
-        items = statuses.poll()
-    except Exception:
-        return ""
-    texts = []
-    for item in items:
-        message = getattr(item, "message", None)
-        code = getattr(item, "code", None)
-        if callable(message) and callable(code):
-            texts.append(f"{code().name}: {message()}")
-    return "; ".join(texts)
-
-
 def open_endpoint(
     conn: ConnectionOptions,
     *,
@@ -85,71 +75,37 @@ def open_endpoint(
     config = (settings or EndpointSettings()).configure(conn.configuration())
     endpoint = Endpoint(config)
     try:
-        statuses = endpoint.make_status_subscriber(False)
+        opener = SourceOpener(endpoint, endpoint.make_status_subscriber(False))
         if before_connect is not None:
             before_connect(endpoint)
         if conn.listen is not None:
-            _listen(endpoint, conn.listen, statuses)
+            port = _opened("listen", conn.listen, opener.listen, conn.listen.host, conn.listen.port)
+            log.info(
+                "broker endpoint %s listens on %s:%d", endpoint.node_id(), conn.listen.host, port
+            )
         for address in conn.peers:
-            _peer(endpoint, address, retry, statuses)
+            _opened("peer", address, opener.peer, address.host, address.port, retry)
         if conn.websocket is not None:
-            _websocket(endpoint, conn, websocket_topics, retry, statuses, websocket_options or {})
+            url = conn.websocket.url
+            topics = list(websocket_topics)
+            _opened(
+                "websocket", url, opener.websocket, url, topics, retry, **(websocket_options or {})
+            )
         if conn.zeromq.proxy:
-            _zeromq(endpoint, conn, statuses)
-        statuses.reset()
+            _zeromq(opener, conn)
+        opener.statuses.reset()
     except BaseException:
         endpoint.shutdown()
         raise
     return endpoint
 
 
-def _listen(endpoint: Endpoint, address: HostPort, statuses: Any) -> None:
+def _opened(option: str, value: Any, open_source: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``open_source(*args, **kw)``, its failure as the option's error."""
     try:
-        port = endpoint.listen(address.host, address.port)
-    except NotImplementedError as exc:
-        raise BrokerOptionError("listen", str(address), f"not supported yet: {exc}") from None
-    except OSError as exc:
-        raise BrokerOptionError("listen", str(address), f"cannot listen: {exc}") from None
-    if not port:
-        why = _errors_text(statuses) or "the address is in use or not local"
-        raise BrokerOptionError("listen", str(address), f"cannot listen: {why}")
-    log.info("broker endpoint %s listens on %s:%d", endpoint.node_id(), address.host, port)
-
-
-def _peer(endpoint: Endpoint, address: HostPort, retry: float, statuses: Any) -> None:
-    try:
-        ok = endpoint.peer(address.host, address.port, retry)
-    except NotImplementedError as exc:
-        raise BrokerOptionError("peer", str(address), f"not supported yet: {exc}") from None
-    except OSError as exc:
-        raise BrokerOptionError("peer", str(address), f"cannot peer: {exc}") from None
-    if not ok:
-        why = _errors_text(statuses) or "the peer is unreachable or refused the peering"
-        raise BrokerOptionError("peer", str(address), f"cannot peer: {why}")
-
-
-def _websocket(
-    endpoint: Endpoint,
-    conn: ConnectionOptions,
-    topics: Sequence[str],
-    retry: float,
-    statuses: Any,
-    options: dict[str, Any],
-) -> None:
-    target = conn.websocket
-    assert target is not None
-    connect = getattr(endpoint, "web_socket_peer", None)
-    if connect is None:
-        raise BrokerOptionError("websocket", target.url, "not supported yet by this endpoint")
-    try:
-        ok = connect(target.url, list(topics), retry, **options)
-    except NotImplementedError as exc:
-        raise BrokerOptionError("websocket", target.url, f"not supported yet: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise BrokerOptionError("websocket", target.url, f"cannot connect: {exc}") from None
-    if ok is False:
-        why = _errors_text(statuses) or "the server is unreachable or refused the connection"
-        raise BrokerOptionError("websocket", target.url, f"cannot connect: {why}")
+        return open_source(*args, **kw)
+    except SourceError as exc:
+        raise BrokerOptionError(option, str(value), exc.reason) from None
 
 
 #: Milliseconds a task's XPUB may take to hand what it published to the proxy when it
@@ -157,7 +113,7 @@ def _websocket(
 ZEROMQ_LINGER_MS = 30_000
 
 
-def _zeromq(endpoint: Endpoint, conn: ConnectionOptions, statuses: Any) -> None:
+def _zeromq(opener: SourceOpener, conn: ConnectionOptions) -> None:
     """Join the Zeek cluster whose ZeroMQ proxy the options name (ZeroMQ redials by itself)."""
     zeromq = conn.zeromq
     if zeromq.xsub is None or zeromq.xpub is None:
@@ -167,16 +123,13 @@ def _zeromq(endpoint: Endpoint, conn: ConnectionOptions, statuses: Any) -> None:
             "needs both the proxy's XPUB (connectXsubEndpoint) and XSUB (connectXpubEndpoint)",
         )
     try:
-        ok = endpoint.zeromq_join(
+        opener.zeromq_proxy(
             zeromq.xsub, zeromq.xpub, curve=zeromq.curve_keys(), linger_ms=ZEROMQ_LINGER_MS
         )
-    except ValueError as exc:
-        raise BrokerOptionError("zeromq.proxy", zeromq.xsub, str(exc)) from None
-    if not ok:
-        why = _errors_text(statuses) or "no ZeroMQ proxy answered"
-        raise BrokerOptionError(
-            "zeromq.proxy", f"{zeromq.xsub},{zeromq.xpub}", f"cannot join: {why}"
-        )
+    except SourceMisconfigured as exc:
+        raise BrokerOptionError("zeromq.proxy", zeromq.xsub, exc.reason) from None
+    except SourceError as exc:
+        raise BrokerOptionError("zeromq.proxy", exc.target, exc.reason) from None
 
 
 def open_log_receiver(conn: ConnectionOptions) -> Any:
@@ -187,16 +140,13 @@ def open_log_receiver(conn: ConnectionOptions) -> Any:
     ``zeromq.curve*`` options, or Zeek's environment variables) it is a CURVE server.
     Fails with a :class:`BrokerOptionError` naming the option when it cannot bind."""
     from broker_spark.zeromq.curve import CurveConfigError
-    from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
 
     bind = conn.zeromq.logs
     if bind is None:
         raise BrokerOptionError("zeromq.logs", None, "is required for the ZeroMQ logger role")
     try:
-        receiver = ZeroMQLogReceiver(bind, curve=conn.zeromq.curve_keys())
-    except (CurveConfigError, ZeroMQBindError) as exc:
+        return open_zeromq_logs(bind, conn.zeromq.curve_keys())
+    except CurveConfigError as exc:
         raise BrokerOptionError("zeromq.logs", bind, str(exc)) from None
-    log.info(
-        "receiving Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
-    )
-    return receiver
+    except SourceError as exc:
+        raise BrokerOptionError("zeromq.logs", bind, exc.reason) from None
