@@ -13,15 +13,13 @@ refuses (LOCATION_ALREADY_EXISTS). Zeek's own JSON logs are the oracle.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from live.doc_snippets import replace_all, snippet
-from spark_fixtures import ROOT, spark, wait_for  # noqa: F401
+from spark_fixtures import spark, wait_for  # noqa: F401
+from spark_pipelines_cli import run_spark_pipelines
 from test_spark_relay import Relay
 from test_spark_zeek_tables import zeeks_own
 from zeek_recordings import recording
@@ -30,20 +28,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 LOGS = ("conn", "dns", "http", "files")  # the doc's
 NOT_LOGGED = ("topic", "sender", "received_at", "offset", "record", "relay", "day")
-
-
-def hive_conf() -> list[str]:
-    """``spark-pipelines`` options for a catalog that outlives the server: Hive's metastore,
-    in a Derby database (``metastore_db``) beside the tables (``spark-warehouse``), both in
-    the folder the command runs in. These are settings of the server's start: the spec's
-    ``configuration`` is set again on each flow, where Spark refuses static settings."""
-    return [
-        "--conf", "spark.sql.catalogImplementation=hive",
-        # each flow's reader starts a Python process, all at once: on 2 shared cores their
-        # first connection back may take longer than the default 15 s
-        "--conf", "spark.python.authenticate.socketTimeout=120s",
-        "--conf", "spark.sql.pipelines.execution.maxConcurrentFlows=2",
-    ]  # fmt: skip
 
 
 def write_pipeline(folder: Path, port: int) -> None:
@@ -69,29 +53,8 @@ def write_pipeline(folder: Path, port: int) -> None:
 
 
 def run_pipeline(folder: Path) -> str:
-    """``spark-pipelines run`` in ``folder``: its output; fails the test if it failed (a
-    flow that failed is run again by the pipeline, as its retries allow)."""
-    bin_dir = str(Path(sys.executable).parent)
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join((bin_dir, env.get("PATH", "")))
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
-    # the server's JVM keeps its temporary folders (Hive's <id>_resources) in the test's
-    jvm_tmp = folder / "jvm-tmp"
-    jvm_tmp.mkdir(exist_ok=True)
-    env["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={jvm_tmp}"
-    done = subprocess.run(
-        [os.path.join(bin_dir, "spark-pipelines"), *hive_conf(), "run"],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 0 and "Run is COMPLETED" in out, out[-4000:]
-    return out
+    """``spark-pipelines run`` in ``folder``: its output; fails the test if it failed."""
+    return run_spark_pipelines(folder)[1]
 
 
 def table_rows(spark: Any, folder: Path, path: str) -> tuple[list[tuple], Any]:  # noqa: F811

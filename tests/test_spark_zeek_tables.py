@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.orc as orc
 import pytest
 from spark_fixtures import spark  # noqa: F401
 from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
@@ -200,18 +201,27 @@ def _conn_batch(schema: LogSchema, rows: list[list[Any]]) -> list[tuple[str, byt
     ]
 
 
-# Parquet: Arrow's tasks; ORC: Spark's writer, as Delta's (5 s more: make test-slow)
-@pytest.mark.parametrize("table_format", [None, pytest.param("orc", marks=pytest.mark.slow)])
+#: Parquet by Arrow's tasks; ORC by Spark's writer, the path of Delta's and Iceberg's tables
+#: (5 s more: make test-slow).
+WAYS = [
+    pytest.param({}, id="tasks"),
+    pytest.param(
+        {"table_format": "orc", "spark_writer": True}, marks=pytest.mark.slow, id="spark-orc"
+    ),
+]
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_columns_follow_zeek_and_a_clash_goes_to_quarantine(
     spark,  # noqa: F811
     db,
     tmp_path,
-    table_format,
+    way,
 ) -> None:
     from broker_spark.zeek import standard_schema
 
     schema = standard_schema("conn")
-    tables = writer(db, tmp_path, table_format=table_format)
+    tables = writer(db, tmp_path, **way)
     tables(batch_of(spark, _conn_batch(schema, _conn_rows(3))), 0)
     # a site's script adds a field: the table gains it from the batch that carries it
     wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
@@ -349,18 +359,32 @@ def test_write_zeek_tables_reads_a_relay_into_a_table_per_log(spark, db, tmp_pat
 
 def _every_row(spark: Any, table: str) -> list[tuple]:  # noqa: F811
     df = spark.table(table)
-    return sorted(map(tuple, df.select(*sorted(df.columns)).collect()), key=repr)
+    columns = [df[f"`{name}`"] for name in sorted(df.columns)]  # flat names hold dots
+    return sorted(map(tuple, df.select(*columns).collect()), key=repr)
 
 
-def _written_three_ways(spark: Any, db: str, tmp: Path, key: str, messages: list) -> list[str]:  # noqa: F811
-    """``messages`` written by the Parquet path (Arrow's tasks), into ORC and into Spark's
-    Parquet (Spark's writer, as Delta's and Iceberg's): the three tables' prefixes."""
-    ways = {"arrow": {}, "orc": {"table_format": "orc"}, "spark": {"spark_writer": True}}
+def _written_every_way(
+    spark: Any,  # noqa: F811
+    db: str,
+    tmp: Path,
+    key: str,
+    messages: list,
+    columns: str = "nested",
+) -> list[str]:
+    """``messages`` written by the Parquet path (Arrow's tasks), into ORC by the tasks, and
+    into ORC and Parquet by Spark's writer (as Delta's and Iceberg's): the tables' prefixes."""
+    ways = {
+        "arrow": {},
+        "orc": {"table_format": "orc"},
+        "sorc": {"table_format": "orc", "spark_writer": True},
+        "spark": {"spark_writer": True},
+    }
     for way, kw in ways.items():
         tables = ZeekTables(
             checkpoint=str(tmp / f"{key}-{way}"),
             table=f"{db}.{key}_{way}_{{path}}",
             quarantine=None,
+            columns=columns,
             **kw,
         )
         tables(batch_of(spark, messages), 0)
@@ -368,24 +392,26 @@ def _written_three_ways(spark: Any, db: str, tmp: Path, key: str, messages: list
 
 
 @pytest.mark.slow  # every recording through ORC and Spark's Parquet writer (make test-slow)
-def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path) -> None:  # noqa: F811
-    """ORC and Spark's own Parquet writer (the path of Delta and Iceberg tables) are handed
-    the tasks' typed columns: every column of every row equals the Parquet path's, positions
-    and days included. One recording here; every recording in the slow test below."""
+@pytest.mark.parametrize("columns", ["nested", "flat"])
+def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path, columns) -> None:  # noqa: F811
+    """ORC files the tasks write, and Spark's own ORC and Parquet writers (the path of Delta
+    and Iceberg tables) handed the tasks' typed columns: every column of every row equals
+    the Parquet path's, positions and days included. One recording here; every recording
+    in the slow test below."""
     rec = recording("zeek-logs-http-methods")
-    arrow, orc, spark_parquet = _written_three_ways(
-        spark, db, tmp_path, "h", broker_messages("zeek-logs-http-methods")
+    arrow, *others = _written_every_way(
+        spark, db, tmp_path, "h" + columns, broker_messages("zeek-logs-http-methods"), columns
     )
     for path in rec.writes:
         expected = _every_row(spark, arrow + path)
         assert len(expected) == len(rec.local_lines(path))
-        assert _every_row(spark, orc + path) == expected, path
-        assert _every_row(spark, spark_parquet + path) == expected, path
+        for prefix in others:
+            assert _every_row(spark, prefix + path) == expected, (prefix, path)
 
 
-@pytest.mark.slow  # every log of three recordings, three ways: 30 s (make test-slow)
+@pytest.mark.slow  # every log of three recordings, four ways: 40 s (make test-slow)
 def test_spark_writers_take_every_recorded_log_as_the_parquet_path(spark, db, tmp_path) -> None:  # noqa: F811
-    """Both Broker recordings and the ZeroMQ one, through ORC and Spark's Parquet: each log's
+    """Both Broker recordings and the ZeroMQ one, through ORC and Spark's writers: each log's
     table equal, column for column, to the Parquet path's, which is Zeek's own log."""
     sources = {
         "b1": (broker_messages("zeek-logs-http-methods"), recording("zeek-logs-http-methods")),
@@ -393,7 +419,7 @@ def test_spark_writers_take_every_recorded_log_as_the_parquet_path(spark, db, tm
         "z": (zmq_log_messages(), None),
     }
     for key, (messages, rec) in sources.items():
-        arrow, *others = _written_three_ways(spark, db, tmp_path, key, messages)
+        arrow, *others = _written_every_way(spark, db, tmp_path, key, messages)
         paths = rec.writes if rec is not None else ("conn", "http", "files")
         for path in paths:
             lines = rec.local_lines(path) if rec is not None else zmq_local_lines(ZMQ_LOGS, path)
@@ -421,12 +447,41 @@ def test_a_table_is_fresh_in_the_session_that_reads_it(spark, db, tmp_path, tabl
     assert spark.table(f"{db}.conn").where("site = 'dc-1'").count() == 2
 
 
-@pytest.mark.parametrize("table_format", [None, pytest.param("orc", marks=pytest.mark.slow)])
+def test_orc_tables_take_the_sessions_codec_or_spark_writes_them(spark, db, tmp_path) -> None:  # noqa: F811
+    """The tasks write an ORC table's files in the session's codec; one Arrow does not
+    write (lzo) leaves the batch to Spark's ORC writer, and the rows are the same."""
+    from broker_spark.zeek import standard_schema
+
+    schema = standard_schema("conn")
+    session = spark.newSession()
+    tables = writer(db, tmp_path, table_format="orc")
+    location = tmp_path / "warehouse" / "conn"
+    for batch_id, codec in enumerate(["zlib", "lzo"]):
+        session.conf.set("spark.sql.orc.compression.codec", codec)
+        tables(batch_of(session, _conn_batch(schema, _conn_rows(3)), first=2 * batch_id), batch_id)
+    files = {f.name: f for f in location.rglob("*.orc")}
+    by_tasks = [f for name, f in files.items() if name.startswith("b000000000000-")]
+    by_spark = [f for name, f in files.items() if name.startswith("b000000000001-")]
+    assert by_tasks and all(".c000" not in f.name for f in by_tasks)
+    assert {orc.ORCFile(f).compression for f in by_tasks} == {"ZLIB"}
+    assert by_spark and all(".c000" in f.name for f in by_spark)  # Spark's own file names
+    rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("offset", "uid").collect()
+    assert [(r.offset, r.uid) for r in rows] == [
+        (1, "Cfollow0000"),
+        (1, "Cfollow0001"),
+        (1, "Cfollow0002"),
+        (3, "Cfollow0000"),
+        (3, "Cfollow0001"),
+        (3, "Cfollow0002"),
+    ]
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_messages_a_relay_kept_undecodable_go_to_the_quarantine(
     spark,  # noqa: F811
     db,
     tmp_path,
-    table_format,
+    way,
 ) -> None:
     """A relay keeps what it cannot decode (another serializer's batch, a sender's cut
     frames); ``write_zeek_tables`` puts each such message in the quarantine, with the
@@ -444,7 +499,7 @@ def test_messages_a_relay_kept_undecodable_go_to_the_quarantine(
     ]
     mixed = [*good[:3], kept[0], *good[3:9], kept[1], *good[9:]]
     per_log = batch_of(spark, good, shape="records").groupBy("_path").count().collect()
-    tables = writer(db, tmp_path, table_format=table_format)
+    tables = writer(db, tmp_path, **way)
     tables(batch_of(spark, mixed), 0)
     tables(batch_of(spark, mixed), 0)  # run again: nothing added
     quarantine = spark.table(f"{db}.zeek_quarantine").orderBy("offset").collect()

@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "spark_stream": ("--quick",),
     "typed_writes": ("--quick",),
     "zeek_logs": ("--quick",),
+    "pipelines": ("--rows", "100000"),
     "zeromq_logs": ("--seconds", "2"),
     "relay": ("--quick",),
     "relay_logs": ("--rows", "100000", "--repeat", "1"),

@@ -30,11 +30,11 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
   batch (:mod:`~broker_spark.spark.tables.markers`).
 
 How a batch is written depends on the tables' format. Parquet tables (Spark's
-default): one job in which each task decodes its rows into each log's typed
-columns and writes its Parquet files under the checkpoint
-(:mod:`~broker_spark.spark.tables.stage`), then the driver moves each
-table's files in. Delta, Iceberg, ORC and any other format (and Parquet with
-``spark_writer``): the batch's rows are kept (a row per log of each message),
+default) and ORC tables: one job in which each task decodes its rows into each
+log's typed columns and writes its Parquet or ORC files with Arrow under the
+checkpoint (:mod:`~broker_spark.spark.tables.stage`), then the driver moves
+each table's files in. Delta, Iceberg and any other format (and Parquet or ORC
+with ``spark_writer``): the batch's rows are kept (a row per log of each message),
 and each table's rows are made typed by the tasks with the same code
 (:mod:`~broker_spark.spark.tables.typed_frames`, a ``mapInArrow`` per log) and
 written by Spark's writer, no JSON in between. Either way, rows a task refuses
@@ -81,7 +81,9 @@ from broker_spark.spark.tables.markers import (
 from broker_spark.spark.tables.stage import (
     DAY,
     REPORT_SCHEMA,
+    STAGED_FORMATS,
     StagedGroup,
+    arrow_codec,
     arrow_knows_time_zone,
     safe_name,
     stage_partition,
@@ -137,8 +139,8 @@ class ZeekTables:
     path does). ``zeek_version`` picks the built-in columns of Zeek's standard
     logs ("9.1", "9.0", "8.0") for a log the stream has not described.
     ``parallel`` tables are committed at once (1: one after the other).
-    ``spark_writer``: Parquet tables written by Spark's own writer too (what Delta,
-    Iceberg and ORC tables always are), not by the tasks with Arrow.
+    ``spark_writer``: Parquet and ORC tables written by Spark's own writer too (what
+    Delta and Iceberg tables always are), not by the tasks with Arrow.
     """
 
     checkpoint: str
@@ -188,20 +190,20 @@ class ZeekTables:
     def _write_batch(self, batch: Any, batch_id: int) -> None:
         spark = batch.sparkSession
         zone = spark.conf.get("spark.sql.session.timeZone")
-        if (
-            self._format(spark) == "parquet"
-            and not self.spark_writer
-            and arrow_knows_time_zone(zone)
-        ):
-            self._write_staged(batch, batch_id, zone)
+        fmt = self._format(spark)
+        codec = None
+        if fmt in STAGED_FORMATS and not self.spark_writer:
+            codec = arrow_codec(fmt, _setting(spark, f"spark.sql.{fmt}.compression.codec"))
+        if codec is not None and arrow_knows_time_zone(zone):
+            self._write_staged(batch, batch_id, zone, codec)
         else:
             self._write_typed(batch, batch_id)
 
-    def _write_staged(self, batch: Any, batch_id: int, zone: str) -> None:
-        """Parquet tables: the tasks decode and write the rows (the stage job), the driver
+    def _write_staged(self, batch: Any, batch_id: int, zone: str, codec: str) -> None:
+        """Parquet and ORC tables: the tasks decode and write the rows (the stage job), the driver
         moves each table's files in (Spark writes only the groups the tasks did not take)."""
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
-        groups = self._stage(batch, folder, zone)
+        groups = self._stage(batch, folder, zone, codec)
         by_table: dict[str, dict[str, list[str]]] = {}
         kept = []
         for (path, sid), group in sorted(groups.items()):
@@ -238,7 +240,9 @@ class ZeekTables:
         """The table of log ``path`` (two paths may make one name: ``a_b``, ``a-b``)."""
         return self.table.format(path=safe_name(path))
 
-    def _stage(self, batch: Any, folder: str, zone: str) -> dict[tuple[str, str], StagedGroup]:
+    def _stage(
+        self, batch: Any, folder: str, zone: str, codec: str
+    ) -> dict[tuple[str, str], StagedGroup]:
         """Run the stage job, or read what it staged before (a batch run again after the
         driver died): the groups of the batch, by log and schema id."""
         report = os.path.join(folder, "_REPORT.json")
@@ -258,6 +262,8 @@ class ZeekTables:
             zeek_version=self.zeek_version,
             time_zone=zone,
             known=self._known_texts(),
+            file_format=self._format(batch.sparkSession),
+            codec=codec,
         )
         groups: dict[tuple[str, str], StagedGroup] = {}
         for row in (
@@ -280,7 +286,7 @@ class ZeekTables:
         return groups
 
     def _write_typed(self, batch: Any, batch_id: int) -> None:
-        """Delta, Iceberg, ORC, Spark's Parquet: each table's rows made typed by the tasks
+        """Delta, Iceberg, Spark's ORC and Parquet: each table's rows made typed by the tasks
         (:func:`typed_frame`, a ``mapInArrow`` per log) and written by Spark's writer."""
         # kept for the batch's jobs (the logs and their columns, then a job per table): the
         # source is read once, as a row per log of each message, not once per table
@@ -467,6 +473,15 @@ class ZeekTables:
 
     def _state(self) -> str:
         return os.path.join(local_path(self.checkpoint), STATE)
+
+
+def _setting(spark: Any, key: str) -> str | None:
+    """The session's value of ``key`` (its default when unset); None if Spark has none."""
+    try:
+        value = spark.conf.get(key)
+    except Exception:  # a setting this Spark does not define
+        return None
+    return None if value is None else str(value)
 
 
 @contextmanager
