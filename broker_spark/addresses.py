@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["format_host_port", "is_loopback", "zeromq_bind_host"]
+__all__ = ["format_host_port", "is_loopback", "without_credentials", "zeromq_bind_host"]
 
 
 def is_loopback(host: str) -> bool:
@@ -50,3 +50,14 @@ def zeromq_bind_host(endpoint: str) -> str | None:
         return None
     host = rest.rsplit(":", 1)[0]
     return host.split(";")[-1]  # tcp://eth0;0.0.0.0:5557 names an interface first
+
+
+def without_credentials(url: str) -> str:
+    """``url`` as it may be shown (logs, errors, statuses): a ``user:password@`` is ``***@``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}://{authority}{slash}{path}"

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from broker_spark.addresses import without_credentials
 from broker_spark.errors import EC, BrokerError
 
 __all__ = [
@@ -146,8 +147,6 @@ class SourceOpener:
         """Bridge to a WebSocket API (a Zeek's), subscribing to ``topics`` there; the
         bridge sends what the endpoint publishes. ``retry``: redial interval after the
         bridge drops or a first attempt fails (0: never); ``options``: its pacing."""
-        from broker_spark.websocket.bridge import without_credentials
-
         target = without_credentials(url)
         try:
             ok = self.endpoint.web_socket_peer(url, list(topics), retry, **options)

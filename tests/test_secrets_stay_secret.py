@@ -20,12 +20,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from test_cli_support import run_command
 
+from broker_spark.addresses import without_credentials
 from broker_spark.cli import main
 from broker_spark.cli.args import PASSPHRASE_ENV, TLS_FLAGS, tls_flags
 from broker_spark.cli.node_config import NodeSettings
 from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.options.values import BrokerOptionError
-from broker_spark.websocket.bridge import without_credentials
 from broker_spark.zeromq.curve import generate_keypair
 
 pytestmark = pytest.mark.timeout(120)

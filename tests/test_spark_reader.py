@@ -405,6 +405,22 @@ def test_unreachable_peer_fails_at_the_first_offset_call() -> None:
     assert reader.runtime is None
 
 
+def test_an_unreachable_websocket_fails_at_the_first_offset_call() -> None:
+    url = f"ws://127.0.0.1:{free_port()}/v1/messages/json"
+    opts = parse_reader_options({"topics": "a", "websocket": url, "ssl.disable": "true"})
+    reader = stream_reader(opts, default_schema())
+    with pytest.raises(BrokerOptionError, match=f"websocket='{url}': cannot connect: "):
+        reader.initialOffset()
+    assert reader.runtime is None
+
+
+def test_a_websocket_url_with_credentials_is_refused_without_showing_them() -> None:
+    url = "ws://zeek:s3cret-pw@127.0.0.1:1/v1/messages/json"
+    with pytest.raises(BrokerOptionError, match=r"websocket='ws://\*\*\*@127.0.0.1:1/") as caught:
+        parse_reader_options({"topics": "a", "websocket": url})
+    assert "s3cret-pw" not in str(caught.value) and "user names" in str(caught.value)
+
+
 def test_offsets_are_stable_json() -> None:
     assert SpoolOffset(7).to_json() == '{"offset": 7}'
     part = SpoolPartition(0, 3, packed=b"")

@@ -155,7 +155,7 @@ class NodeSources:
 
     def start(self, topics: list[str], retry: float) -> None:
         """Join the proxy (retrying, from a thread) and bridge to each WebSocket API."""
-        from broker_spark.websocket.bridge import without_credentials
+        from broker_spark.addresses import without_credentials
 
         for url in self.settings.websocket_peers:
             shown = without_credentials(url)

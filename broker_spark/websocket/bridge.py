@@ -41,6 +41,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
+from broker_spark.addresses import without_credentials
 from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.errors import EC, SC, BrokerError
@@ -63,17 +64,6 @@ __all__ = ["WebSocketPeer", "normalize_url", "without_credentials"]
 APPLICATION_NAME = "broker-spark"
 
 _EC_BY_NAME = {ec.snake_name: ec for ec in EC}
-
-
-def without_credentials(url: str) -> str:
-    """``url`` as it may be shown (logs, errors, statuses): a ``user:password@`` is ``***@``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rsplit("@", 1)[1]
-    return f"{scheme}://{authority}{slash}{path}"
 
 
 def normalize_url(url: str) -> str:

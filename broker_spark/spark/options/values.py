@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from broker_spark.addresses import without_credentials
 from broker_spark.errors import EC, BrokerError
 
 __all__ = [
@@ -118,24 +119,27 @@ class WebSocketTarget:
 
 def parse_websocket(text: str) -> WebSocketTarget:
     option = "websocket"
+    shown = without_credentials(text)  # errors never show a password
     try:
         parts = urlsplit(text.strip())
         port = parts.port
     except ValueError as exc:
-        raise BrokerOptionError(option, text, f"not a URL: {exc}") from None
+        raise BrokerOptionError(option, shown, f"not a URL: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("ws", "wss"):
-        raise BrokerOptionError(option, text, "expected a ws:// or wss:// URL")
+        raise BrokerOptionError(option, shown, "expected a ws:// or wss:// URL")
     host = parts.hostname or ""
     if not host:
-        raise BrokerOptionError(option, text, "the URL names no host")
+        raise BrokerOptionError(option, shown, "the URL names no host")
     if parts.username is not None or parts.query or parts.fragment:
-        raise BrokerOptionError(option, text, "user names, queries and fragments are not supported")
+        raise BrokerOptionError(
+            option, shown, "user names, queries and fragments are not supported"
+        )
     secure = scheme == "wss"
     if port is None:
         port = 443 if secure else 80
     elif port == 0:
-        raise BrokerOptionError(option, text, "port 0 is out of range (1 to 65535)")
+        raise BrokerOptionError(option, shown, "port 0 is out of range (1 to 65535)")
     path = parts.path if parts.path not in ("", "/") else DEFAULT_WEBSOCKET_PATH
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return WebSocketTarget(f"{scheme}://{netloc}{path}", secure, host, port, path)

@@ -18,12 +18,7 @@ from typing import Any
 
 from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
-from broker_spark.source_opener import (
-    SourceError,
-    SourceMisconfigured,
-    SourceOpener,
-    open_zeromq_logs,
-)
+from broker_spark.source_opener import SourceError, SourceOpener, open_zeromq_logs
 from broker_spark.spark.options import BrokerOptionError, ConnectionOptions
 
 __all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
@@ -79,18 +74,15 @@ def open_endpoint(
         if before_connect is not None:
             before_connect(endpoint)
         if conn.listen is not None:
-            port = _opened("listen", conn.listen, opener.listen, conn.listen.host, conn.listen.port)
+            port = _opened("listen", opener.listen, conn.listen.host, conn.listen.port)
             log.info(
                 "broker endpoint %s listens on %s:%d", endpoint.node_id(), conn.listen.host, port
             )
         for address in conn.peers:
-            _opened("peer", address, opener.peer, address.host, address.port, retry)
+            _opened("peer", opener.peer, address.host, address.port, retry)
         if conn.websocket is not None:
-            url = conn.websocket.url
-            topics = list(websocket_topics)
-            _opened(
-                "websocket", url, opener.websocket, url, topics, retry, **(websocket_options or {})
-            )
+            url, topics, pacing = conn.websocket.url, list(websocket_topics), websocket_options
+            _opened("websocket", opener.websocket, url, topics, retry, **(pacing or {}))
         if conn.zeromq.proxy:
             _zeromq(opener, conn)
         opener.statuses.reset()
@@ -100,12 +92,13 @@ def open_endpoint(
     return endpoint
 
 
-def _opened(option: str, value: Any, open_source: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-    """``open_source(*args, **kw)``, its failure as the option's error."""
+def _opened(option: str, open_source: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``open_source(*args, **kw)``, its failure as ``option``'s error (showing the source as
+    the opener does: a URL without its credentials)."""
     try:
         return open_source(*args, **kw)
     except SourceError as exc:
-        raise BrokerOptionError(option, str(value), exc.reason) from None
+        raise BrokerOptionError(option, exc.target, exc.reason) from None
 
 
 #: Milliseconds a task's XPUB may take to hand what it published to the proxy when it
@@ -122,14 +115,14 @@ def _zeromq(opener: SourceOpener, conn: ConnectionOptions) -> None:
             None,
             "needs both the proxy's XPUB (connectXsubEndpoint) and XSUB (connectXpubEndpoint)",
         )
-    try:
-        opener.zeromq_proxy(
-            zeromq.xsub, zeromq.xpub, curve=zeromq.curve_keys(), linger_ms=ZEROMQ_LINGER_MS
-        )
-    except SourceMisconfigured as exc:
-        raise BrokerOptionError("zeromq.proxy", zeromq.xsub, exc.reason) from None
-    except SourceError as exc:
-        raise BrokerOptionError("zeromq.proxy", exc.target, exc.reason) from None
+    _opened(
+        "zeromq.proxy",
+        opener.zeromq_proxy,
+        zeromq.xsub,
+        zeromq.xpub,
+        curve=zeromq.curve_keys(),
+        linger_ms=ZEROMQ_LINGER_MS,
+    )
 
 
 def open_log_receiver(conn: ConnectionOptions) -> Any:
