@@ -55,7 +55,7 @@ class SourceError(BrokerError):
     given, a URL without its credentials), ``why`` why (the endpoint's own error when it
     reported one). ``reason`` says it after the setting that names the source
     (``cannot peer: ...``); the error's text is a line of its own
-    (``cannot connect to h:1: ...``). ``plain``: ``why`` says it all."""
+    (``cannot connect to h:1: ...``). ``plain``: ``why`` is the reason as it stands."""
 
     code = EC.PeerUnavailable
 
@@ -65,10 +65,12 @@ class SourceError(BrokerError):
         self.target = target
         self.why = why
         self.reason = f"{short}: {why}" if short else why
-        if not long or why.startswith(long):
-            super().__init__(why)
-        else:
+        if long and not why.startswith(long):
             super().__init__(f"{long} {target}: {why}")
+        elif not long and target not in why:  # plain: still say which source
+            super().__init__(f"{source} {target}: {why}")
+        else:
+            super().__init__(why)
 
 
 class SourceMisconfigured(SourceError):

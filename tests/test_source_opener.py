@@ -18,6 +18,7 @@ from broker_spark.source_opener import (
     SourceUnreachable,
     open_zeromq_logs,
 )
+from broker_spark.zeromq.curve import CurveKeys
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,6 +91,9 @@ def test_a_zeromq_proxy_nobody_runs_is_unreachable_and_a_bad_address_misconfigur
     assert str(caught.value).startswith(f"cannot join the ZeroMQ proxy at {nobody},{nobody}: ")
     with pytest.raises(SourceMisconfigured, match="nonsense"):
         _opener(endpoint).zeromq_proxy("nonsense", "nonsense")
+    with pytest.raises(SourceMisconfigured) as caught:  # a key that does not fit
+        _opener(endpoint).zeromq_proxy(nobody, nobody, curve=CurveKeys(server_publickey="x" * 40))
+    assert str(caught.value).startswith(f"zeromq.proxy {nobody},{nobody}: CURVE: ")
 
 
 def test_the_zeromq_logs_socket_binds_or_says_why() -> None:
@@ -100,5 +104,6 @@ def test_the_zeromq_logs_socket_binds_or_says_why() -> None:
             open_zeromq_logs(receiver.endpoint)
         assert caught.value.source == "zeromq.logs"
         assert caught.value.target == receiver.endpoint
+        assert receiver.endpoint in str(caught.value)
     finally:
         receiver.close()
