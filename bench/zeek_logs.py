@@ -423,14 +423,12 @@ def _log_writes(path: str) -> list[bytes]:
     return [head + encode_varbyte(len(s)) + s for s in serials]
 
 
-#: The ways the tables are written: the tasks write the files with Arrow (Parquet, the
-#: default; ORC), and Spark's writer handed the tasks' typed columns (Spark's ORC and
-#: Parquet), the path of Delta and Iceberg tables, whose jars cannot be fetched on these
-#: machines.
+#: The ways the tables are written: the Parquet path (the tasks write Parquet with Arrow),
+#: and Spark's writer handed the tasks' typed columns (ORC; Spark's Parquet), the path of
+#: Delta and Iceberg tables, whose jars cannot be fetched on these machines.
 TABLE_WAYS: dict[str, dict[str, Any]] = {
     "tables": {},
     "tables_orc": {"table_format": "orc"},
-    "tables_spark_orc": {"table_format": "orc", "spark_writer": True},
     "tables_spark_parquet": {"spark_writer": True},
 }
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.orc as orc
 import pytest
 from spark_fixtures import spark  # noqa: F401
 from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
@@ -205,9 +204,7 @@ def _conn_batch(schema: LogSchema, rows: list[list[Any]]) -> list[tuple[str, byt
 #: (5 s more: make test-slow).
 WAYS = [
     pytest.param({}, id="tasks"),
-    pytest.param(
-        {"table_format": "orc", "spark_writer": True}, marks=pytest.mark.slow, id="spark-orc"
-    ),
+    pytest.param({"table_format": "orc"}, marks=pytest.mark.slow, id="orc"),
 ]
 
 
@@ -371,14 +368,9 @@ def _written_every_way(
     messages: list,
     columns: str = "nested",
 ) -> list[str]:
-    """``messages`` written by the Parquet path (Arrow's tasks), into ORC by the tasks, and
-    into ORC and Parquet by Spark's writer (as Delta's and Iceberg's): the tables' prefixes."""
-    ways = {
-        "arrow": {},
-        "orc": {"table_format": "orc"},
-        "sorc": {"table_format": "orc", "spark_writer": True},
-        "spark": {"spark_writer": True},
-    }
+    """``messages`` written by the Parquet path (Arrow's tasks), and into ORC and Parquet by
+    Spark's writer (as Delta's and Iceberg's): the tables' prefixes."""
+    ways = {"arrow": {}, "orc": {"table_format": "orc"}, "spark": {"spark_writer": True}}
     for way, kw in ways.items():
         tables = ZeekTables(
             checkpoint=str(tmp / f"{key}-{way}"),
@@ -394,10 +386,10 @@ def _written_every_way(
 @pytest.mark.slow  # every recording through ORC and Spark's Parquet writer (make test-slow)
 @pytest.mark.parametrize("columns", ["nested", "flat"])
 def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path, columns) -> None:  # noqa: F811
-    """ORC files the tasks write, and Spark's own ORC and Parquet writers (the path of Delta
-    and Iceberg tables) handed the tasks' typed columns: every column of every row equals
-    the Parquet path's, positions and days included. One recording here; every recording
-    in the slow test below."""
+    """ORC and Spark's own Parquet writer (the path of Delta and Iceberg tables) are handed
+    the tasks' typed columns: every column of every row equals the Parquet path's, positions
+    and days included. One recording here, nested and flat; every recording in the slow
+    test below."""
     rec = recording("zeek-logs-http-methods")
     arrow, *others = _written_every_way(
         spark, db, tmp_path, "h" + columns, broker_messages("zeek-logs-http-methods"), columns
@@ -409,7 +401,7 @@ def test_spark_writers_take_the_rows_the_parquet_path_writes(spark, db, tmp_path
             assert _every_row(spark, prefix + path) == expected, (prefix, path)
 
 
-@pytest.mark.slow  # every log of three recordings, four ways: 40 s (make test-slow)
+@pytest.mark.slow  # every log of three recordings, three ways: 30 s (make test-slow)
 def test_spark_writers_take_every_recorded_log_as_the_parquet_path(spark, db, tmp_path) -> None:  # noqa: F811
     """Both Broker recordings and the ZeroMQ one, through ORC and Spark's writers: each log's
     table equal, column for column, to the Parquet path's, which is Zeek's own log."""
@@ -447,33 +439,25 @@ def test_a_table_is_fresh_in_the_session_that_reads_it(spark, db, tmp_path, tabl
     assert spark.table(f"{db}.conn").where("site = 'dc-1'").count() == 2
 
 
-def test_orc_tables_take_the_sessions_codec_or_spark_writes_them(spark, db, tmp_path) -> None:  # noqa: F811
-    """The tasks write an ORC table's files in the session's codec; one Arrow does not
-    write (lzo) leaves the batch to Spark's ORC writer, and the rows are the same."""
+def test_parquet_tables_take_the_sessions_codec(spark, db, tmp_path) -> None:  # noqa: F811
+    """The tasks write a Parquet table's files in the session's codec, as Spark would."""
+    import pyarrow.parquet as pq
+
     from broker_spark.zeek import standard_schema
 
     schema = standard_schema("conn")
     session = spark.newSession()
-    tables = writer(db, tmp_path, table_format="orc")
-    location = tmp_path / "warehouse" / "conn"
-    for batch_id, codec in enumerate(["zlib", "lzo"]):
-        session.conf.set("spark.sql.orc.compression.codec", codec)
-        tables(batch_of(session, _conn_batch(schema, _conn_rows(3)), first=2 * batch_id), batch_id)
-    files = {f.name: f for f in location.rglob("*.orc")}
-    by_tasks = [f for name, f in files.items() if name.startswith("b000000000000-")]
-    by_spark = [f for name, f in files.items() if name.startswith("b000000000001-")]
-    assert by_tasks and all(".c000" not in f.name for f in by_tasks)
-    assert {orc.ORCFile(f).compression for f in by_tasks} == {"ZLIB"}
-    assert by_spark and all(".c000" in f.name for f in by_spark)  # Spark's own file names
-    rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("offset", "uid").collect()
-    assert [(r.offset, r.uid) for r in rows] == [
-        (1, "Cfollow0000"),
-        (1, "Cfollow0001"),
-        (1, "Cfollow0002"),
-        (3, "Cfollow0000"),
-        (3, "Cfollow0001"),
-        (3, "Cfollow0002"),
-    ]
+    session.conf.set("spark.sql.parquet.compression.codec", "zstd")
+    writer(db, tmp_path)(batch_of(session, _conn_batch(schema, _conn_rows(3))), 0)
+    files = list((tmp_path / "warehouse" / "conn").rglob("*.parquet"))
+    assert files and all(f.name.startswith("b000000000000-conn-") for f in files)
+    codecs = {
+        pq.ParquetFile(f).metadata.row_group(0).column(i).compression
+        for f in files
+        for i in range(pq.ParquetFile(f).metadata.num_columns)
+    }
+    assert codecs == {"ZSTD"}
+    assert spark.table(f"{db}.conn").count() == 3
 
 
 @pytest.mark.parametrize("way", WAYS)

@@ -1,5 +1,5 @@
 """The tables writer's fast path, without Spark: Zeek's JSON lines parsed by Arrow
-(:mod:`broker_spark.columnar.log_json`) and a task's rows staged as Parquet or ORC files
+(:mod:`broker_spark.columnar.log_json`) and a task's rows staged as Parquet files
 (:mod:`broker_spark.spark.tables.stage`).
 
 The oracle for the parse is the stream reader itself: the typed rows it gives for a
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.orc as orc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -267,41 +266,12 @@ def test_runs_of_records_stage_the_same_rows_as_a_row_a_record(tmp_path, name) -
     assert sum(staged["records"][0].values()) > 100
 
 
-@pytest.mark.parametrize("codec", ["zstd", "snappy", "zlib", "uncompressed"])
-def test_orc_files_hold_the_rows_parquet_files_do(tmp_path, codec) -> None:
-    """ORC tables' files, staged by the task in the session's codec, hold what the Parquet
-    files of the same rows hold: every column, type and value, in the same folders."""
-    messages = recording(LOG_RECORDINGS[0]).data
-    rows = _stream_rows(messages, runs=True, as_bytes=True)
-    staged = {}
-    for fmt, file_codec in (("parquet", "snappy"), ("orc", codec)):
-        stager = _Stager(
-            str(tmp_path / fmt), 0, KEPT_METADATA, "nested", "9.1", "UTC", fmt, file_codec
-        )
-        for start in range(0, rows.num_rows, 3):
-            stager.take(rows.slice(start, 3))
-        assert all(r["error"] is None for r in stager.finish().to_pylist())
-        files = sorted((tmp_path / fmt).rglob(f"*.{fmt}"))
-        assert files and not list((tmp_path / fmt).rglob(".*"))
-        read = pq.read_table if fmt == "parquet" else lambda f: orc.ORCFile(f).read()
-        staged[fmt] = {str(f.relative_to(tmp_path / fmt)): read(f) for f in files}
-    assert {k.removesuffix(".orc") for k in staged["orc"]} == {
-        k.removesuffix(".parquet") for k in staged["parquet"]
-    }
-    for name, table in staged["orc"].items():
-        expected = staged["parquet"][name.removesuffix(".orc") + ".parquet"]
-        # Arrow reads ORC's timestamps back in ns (Spark in us, as written): a safe cast
-        assert table.cast(expected.schema).equals(expected), name
-        assert orc.ORCFile(tmp_path / "orc" / name).compression == codec.upper()
-
-
 def test_the_sessions_codec_as_arrow_names_it() -> None:
     assert arrow_codec("parquet", None) == arrow_codec("parquet", "SNAPPY") == "snappy"
     assert arrow_codec("parquet", "uncompressed") == "none"
     assert arrow_codec("parquet", "lz4_raw") == "lz4"
-    assert arrow_codec("orc", "zstd") == "zstd" and arrow_codec("orc", "none") == "uncompressed"
-    assert arrow_codec("orc", "lzo") is None and arrow_codec("parquet", "lzo") is None
-    assert arrow_codec("delta", "snappy") is None
+    assert arrow_codec("parquet", "zstd") == "zstd" and arrow_codec("parquet", "lzo") is None
+    assert arrow_codec("orc", "snappy") is None and arrow_codec("delta", "snappy") is None
 
 
 def _mixed(as_bytes: pa.RecordBatch, as_lines: pa.RecordBatch) -> pa.RecordBatch:

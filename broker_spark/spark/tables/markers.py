@@ -1,6 +1,6 @@
 """A table of files that a micro-batch is appended to exactly once: the marker protocol.
 
-For tables that are not Delta (Spark's own Parquet and ORC tables), each batch's files
+For tables that are not Delta (Spark's own Parquet tables), each batch's files
 are written to a staging folder under the checkpoint first (complete, or
 written again), then moved into the table under names made from the batch (a
 move that happened is not done twice), the days they hold registered with the
@@ -62,7 +62,7 @@ class MarkedTable:
         schema: Any = None,
     ) -> None:
         """Append batch ``batch_id`` once: ``df``'s rows (written by Spark, None: none) and
-        the Parquet or ORC files of ``staged`` folders (``(tag, folder)``, each holding
+        the Parquet files of ``staged`` folders (``(tag, folder)``, each holding
         ``day=...`` folders: the stage job's), the table's columns made ``schema``'s
         (``df``'s if None) first."""
         marker = os.path.join(self.state, f"batch-{batch_id}.done")

@@ -1,10 +1,10 @@
-"""A micro-batch's Zeek log rows staged as Parquet or ORC files by the tasks that hold them.
+"""A micro-batch's Zeek log rows staged as Parquet files by the tasks that hold them.
 
 The writer's fast path (:mod:`~broker_spark.spark.tables.writer`, for tables of
-Parquet or ORC files, :data:`STAGED_FORMATS`, compressed as the session's
-``spark.sql.<format>.compression.codec`` says): one Spark job (``mapInArrow``) in
-which each task groups its rows by log and columns (``_path``, ``log_schema_id``), makes each group's rows
-the log's typed columns and writes them, with the row's position and a ``day``
+Parquet files, :data:`STAGED_FORMATS`, compressed as the session's
+``spark.sql.parquet.compression.codec`` says): one Spark job (``mapInArrow``) in
+which each task groups its rows by log and columns (``_path``, ``log_schema_id``),
+makes each group's rows the log's typed columns and writes them, with the row's position and a ``day``
 folder, under ``<folder>/<log>/<schema id>/day=<day>/``. The rows are made
 typed as Spark's writers get them (:class:`~broker_spark.spark.tables.typed_rows.TypedRows`:
 messages' bytes by the reader's own converter, JSON lines by Arrow's JSON
@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from broker_spark.columnar.log_metadata import learn_schema_texts
@@ -65,23 +64,15 @@ REPORT_SCHEMA = "path string, schema_id string, schema string, rows long, files 
 FLUSH_ROWS = 65_536
 
 
-def _write_parquet(table: pa.Table, where: str, codec: str) -> None:
-    pq.write_table(table, where, compression=codec)
+#: The table formats whose files the tasks write. Not ORC: Arrow writes time columns as
+#: ORC's TIMESTAMP_INSTANT, which Spark before 4.3 cannot read (Databricks 17.3 and 18 run
+#: 4.0 and 4.1), and Spark reads ORC's plain TIMESTAMP as a wall clock in the reading
+#: JVM's time zone, which a task cannot know.
+STAGED_FORMATS = frozenset({"parquet"})
 
-
-def _write_orc(table: pa.Table, where: str, codec: str) -> None:
-    orc.write_table(table, where, compression=codec)
-
-
-#: The table formats whose files the tasks write (the format: its files' writer).
-STAGED_FORMATS: dict[str, Callable[[pa.Table, str, str], None]] = {
-    "parquet": _write_parquet,
-    "orc": _write_orc,
-}
-
-#: Spark's compression codecs (``spark.sql.parquet.compression.codec``,
-#: ``spark.sql.orc.compression.codec``) as Arrow's writers name them; one Arrow does not
-#: write (``lzo``) sends the batch through Spark's own writer.
+#: Spark's compression codecs (``spark.sql.parquet.compression.codec``) as Arrow's
+#: writer names them; one Arrow does not write (``lzo``) sends the batch through
+#: Spark's own writer.
 _CODECS = {
     "parquet": {
         "none": "none",
@@ -93,21 +84,13 @@ _CODECS = {
         "lz4": "lz4",
         "lz4_raw": "lz4",
     },
-    "orc": {
-        "none": "uncompressed",
-        "uncompressed": "uncompressed",
-        "snappy": "snappy",
-        "zlib": "zlib",
-        "zstd": "zstd",
-        "lz4": "lz4",
-    },
 }
 
 
 def arrow_codec(file_format: str, spark_codec: str | None) -> str | None:
     """The codec Arrow writes ``file_format`` files with for Spark's setting ``spark_codec``
-    (the session's value, its default included: snappy for Parquet, zstd for ORC on Spark
-    4; None: unknown, snappy); None when Arrow has no such codec."""
+    (the session's value, its default included: snappy for Parquet; None: unknown,
+    snappy); None when Arrow has no such codec or the tasks do not write the format."""
     return _CODECS.get(file_format, {}).get((spark_codec or "snappy").lower())
 
 
@@ -150,7 +133,6 @@ def stage_partition(
     zeek_version: str,
     time_zone: str,
     known: dict[str, str] | None = None,
-    file_format: str = "parquet",
     codec: str = "snappy",
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the stage job: ``keep`` are the stream's metadata
@@ -158,18 +140,15 @@ def stage_partition(
     log's own columns: MQTT's ``topic`` keeps its name, the Broker topic is ``_topic``).
     ``known`` are the columns (JSON) of schema ids the driver learned from earlier
     batches: a partition names an id's columns on its first row only, and a batch
-    that was repartitioned may hold rows of an id without that row. ``file_format`` is
-    the tables' (a key of :data:`STAGED_FORMATS`), ``codec`` its files' compression as
-    Arrow names it (:func:`arrow_codec`)."""
-    if file_format not in STAGED_FORMATS:
-        raise ValueError(f"the tasks write {', '.join(STAGED_FORMATS)} files, not {file_format}")
+    that was repartitioned may hold rows of an id without that row. ``codec`` is the
+    files' compression as Arrow names it (:func:`arrow_codec`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
-        stager = _Stager(folder, task, keep, columns, zeek_version, time_zone, file_format, codec)
+        stager = _Stager(folder, task, keep, columns, zeek_version, time_zone, codec)
         stager.texts.update(known or {})
         for batch in batches:
             stager.take(batch)
@@ -189,11 +168,9 @@ class _Stager:
         columns: str,
         zeek_version: str,
         time_zone: str,
-        file_format: str = "parquet",
         codec: str = "snappy",
     ) -> None:
         self.folder = folder
-        self.file_format = file_format
         self.codec = codec
         self.task = task
         self.keep = tuple(keep)
@@ -291,9 +268,9 @@ class _Stager:
             label = day.isoformat() if isinstance(day, dt.date) else NO_DAY
             folder = os.path.join(where, f"{DAY}={label}")
             os.makedirs(folder, exist_ok=True)
-            name = f"part-{self.task:05d}-{group.files:05d}.{self.file_format}"
+            name = f"part-{self.task:05d}-{group.files:05d}.parquet"
             hidden = os.path.join(folder, f".{name}.{uuid.uuid4().hex}")
-            STAGED_FORMATS[self.file_format](part, hidden, self.codec)
+            pq.write_table(part, hidden, compression=self.codec)
             os.replace(hidden, os.path.join(folder, name))
             group.files += 1
 

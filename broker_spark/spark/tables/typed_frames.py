@@ -1,6 +1,6 @@
 """A log's rows of a micro-batch as a DataFrame of its typed columns, for Spark's writers.
 
-Delta, Iceberg and Spark's own ORC and Parquet writers take a DataFrame; what they
+Delta, Iceberg, ORC and Spark's own Parquet writer take a DataFrame; what they
 are handed decides their speed. Zeek's JSON lines parsed in the JVM
 (``from_json``) made about 53,000 records/s here, against about 190,000 when
 the tasks decode the messages themselves and write Parquet with Arrow. So the

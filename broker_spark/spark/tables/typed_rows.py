@@ -1,9 +1,9 @@
 """Rows of one Zeek log, as the stream gives them, made that log's typed columns.
 
 Both ways a batch reaches its tables start here: the stage job
-(:mod:`~broker_spark.spark.tables.stage`, whose tasks write Parquet or ORC with
-Arrow) and Spark's writers (:mod:`~broker_spark.spark.tables.typed_frames`: Delta,
-Iceberg, Spark's ORC and Parquet), so a record gets the same columns and values
+(:mod:`~broker_spark.spark.tables.stage`, whose tasks write Parquet with Arrow)
+and Spark's writers (:mod:`~broker_spark.spark.tables.typed_frames`: Delta,
+Iceberg, ORC, Spark's Parquet), so a record gets the same columns and values
 whichever writes it. The rows may be messages' bytes (a ``message`` column: a
 message's records of one log, what ``write_zeek_tables`` reads), decoded by the
 reader's own converter

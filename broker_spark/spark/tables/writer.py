@@ -30,11 +30,11 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
   batch (:mod:`~broker_spark.spark.tables.markers`).
 
 How a batch is written depends on the tables' format. Parquet tables (Spark's
-default) and ORC tables: one job in which each task decodes its rows into each
-log's typed columns and writes its Parquet or ORC files with Arrow under the
-checkpoint (:mod:`~broker_spark.spark.tables.stage`), then the driver moves
-each table's files in. Delta, Iceberg and any other format (and Parquet or ORC
-with ``spark_writer``): the batch's rows are kept (a row per log of each message),
+default): one job in which each task decodes its rows into each log's typed
+columns and writes its Parquet files with Arrow under the checkpoint
+(:mod:`~broker_spark.spark.tables.stage`), then the driver moves each table's
+files in. Delta, Iceberg, ORC and any other format (and Parquet with
+``spark_writer``): the batch's rows are kept (a row per log of each message),
 and each table's rows are made typed by the tasks with the same code
 (:mod:`~broker_spark.spark.tables.typed_frames`, a ``mapInArrow`` per log) and
 written by Spark's writer, no JSON in between. Either way, rows a task refuses
@@ -139,8 +139,8 @@ class ZeekTables:
     path does). ``zeek_version`` picks the built-in columns of Zeek's standard
     logs ("9.1", "9.0", "8.0") for a log the stream has not described.
     ``parallel`` tables are committed at once (1: one after the other).
-    ``spark_writer``: Parquet and ORC tables written by Spark's own writer too (what
-    Delta and Iceberg tables always are), not by the tasks with Arrow.
+    ``spark_writer``: Parquet tables written by Spark's own writer too (what Delta,
+    Iceberg and ORC tables always are), not by the tasks with Arrow.
     """
 
     checkpoint: str
@@ -200,7 +200,7 @@ class ZeekTables:
             self._write_typed(batch, batch_id)
 
     def _write_staged(self, batch: Any, batch_id: int, zone: str, codec: str) -> None:
-        """Parquet and ORC tables: the tasks decode and write the rows (the stage job), the driver
+        """Parquet tables: the tasks decode and write the rows (the stage job), the driver
         moves each table's files in (Spark writes only the groups the tasks did not take)."""
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
         groups = self._stage(batch, folder, zone, codec)
@@ -262,7 +262,6 @@ class ZeekTables:
             zeek_version=self.zeek_version,
             time_zone=zone,
             known=self._known_texts(),
-            file_format=self._format(batch.sparkSession),
             codec=codec,
         )
         groups: dict[tuple[str, str], StagedGroup] = {}
@@ -286,7 +285,7 @@ class ZeekTables:
         return groups
 
     def _write_typed(self, batch: Any, batch_id: int) -> None:
-        """Delta, Iceberg, Spark's ORC and Parquet: each table's rows made typed by the tasks
+        """Delta, Iceberg, ORC, Spark's Parquet: each table's rows made typed by the tasks
         (:func:`typed_frame`, a ``mapInArrow`` per log) and written by Spark's writer."""
         # kept for the batch's jobs (the logs and their columns, then a job per table): the
         # source is read once, as a row per log of each message, not once per table
