@@ -116,6 +116,8 @@ def test_default_zeek_and_typed_schemas(spark: Any, hub: broker.Endpoint) -> Non
     assert (rows[21].n, rows[21].host) == (None, None)
 
 
+@pytest.mark.slow  # 10 s of triggers: make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_max_records_per_trigger_makes_several_batches(spark: Any, hub: broker.Endpoint) -> None:
     watch = PeerWatch(hub)
     query = (
@@ -219,6 +221,8 @@ def test_restart_resumes_without_loss_or_duplicates(
     watch.close()
 
 
+@pytest.mark.slow  # 7 s: make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_fail_on_data_loss_both_ways(spark: Any, hub: broker.Endpoint, tmp_path: Any) -> None:
     checkpoint = str(tmp_path / "checkpoint")
     watch = PeerWatch(hub)
