@@ -107,3 +107,25 @@ def test_the_zeromq_logs_socket_binds_or_says_why() -> None:
         assert receiver.endpoint in str(caught.value)
     finally:
         receiver.close()
+
+
+def test_curve_keys_that_start_with_an_at_sign_are_keys(tmp_path) -> None:
+    """Z85 has '@': a public key starting with it is a key, and so is a secret key of a key's
+    length that names no file; ``@FILE`` still reads a secret key from FILE."""
+    from broker_spark.cli.node_sources import curve_keys
+    from broker_spark.zeromq.curve import generate_keypair
+
+    def pair_where(field: str) -> dict[str, str]:
+        while True:  # about one pair in 85
+            pair = generate_keypair()
+            if pair[field].startswith("@"):
+                return pair
+
+    pair = pair_where("public")
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(pair["secret"])
+    keys = curve_keys({"server_publickey": pair["public"], "server_secretkey": f"@{secret_file}"})
+    assert (keys.server_publickey, keys.server_secretkey) == (pair["public"], pair["secret"])
+    pair = pair_where("secret")
+    keys = curve_keys({"server_publickey": pair["public"], "server_secretkey": pair["secret"]})
+    assert keys.server_secretkey == pair["secret"]

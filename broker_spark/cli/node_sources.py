@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 from typing import Any
 
@@ -89,9 +90,15 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
         )
 
 
-def _key_value(flag: str, value: str) -> str:
-    """A CURVE key as given, or ``@FILE`` for the contents of FILE."""
-    return secret_text(value, "--" + flag.replace("_", "-"))
+def _key_value(field: str, value: str) -> str:
+    """A CURVE key as given; a secret key may be ``@FILE``, the contents of FILE. Z85 keys
+    may start with ``@`` themselves: a public key is never read from a file, nor a secret
+    key of a key's length (40) that names no file."""
+    if "secret" not in field:
+        return value
+    if value.startswith("@") and len(value) == 40 and not os.path.exists(value[1:]):
+        return value
+    return secret_text(value, "--" + field.replace("_", "-"))
 
 
 def curve_keys(given: dict[str, str]) -> Any:
