@@ -217,6 +217,8 @@ def _write_from_a_thread(df: Any, hub: broker.Endpoint, before: Any = None) -> A
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # 8 s of two threads' writes: make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_a_write_from_another_thread_works_once_register_ran_there(
     spark: Any, hub: broker.Endpoint
 ) -> None:

@@ -258,6 +258,8 @@ def test_fail_on_data_loss_both_ways(spark: Any, hub: broker.Endpoint, tmp_path:
     watch.close()
 
 
+@pytest.mark.slow  # 7 s: make test-slow, and every PySpark (versions); the converter's
+@pytest.mark.versions  # FAILFAST is tested in make test (test_spark_schema, test_log_messages)
 def test_failfast_fails_the_query_and_its_endpoint_leaves(spark: Any, hub: broker.Endpoint) -> None:
     watch = PeerWatch(hub)
     query = (
