@@ -81,9 +81,12 @@ def _fill_conn(path: str, rows: int, seed: int = 7) -> int:
         return len(records) + 1
 
 
-def _serve(path: str, index_interval: int, ports: Any, stop: Any, served: Any) -> None:
+def _serve(
+    path: str, index_interval: int, ports: Any, stop: Any, served: Any, wire: str = "auto"
+) -> None:
     """A relay's server over an existing spool, in a process of its own (as a relay node is):
-    no endpoint, nothing new arrives. At its stop it reports what it sent and its CPU."""
+    no endpoint, nothing new arrives. At its stop it reports what it sent (records, their
+    bytes, the bytes on the wire) and its CPU."""
     import resource
 
     from broker_spark.spool.relay_server import RelayServer
@@ -91,31 +94,45 @@ def _serve(path: str, index_interval: int, ports: Any, stop: Any, served: Any) -
     from broker_spark.spool.service import SpoolService
 
     spool = Spool(path, index_interval=index_interval)
-    server = RelayServer(SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)))
+    server = RelayServer(
+        SpoolService(spool, ["zeek/"], history=LogSchemaHistory(path)), wire_compression=wire
+    )
     ports.put(server.serve_tcp("127.0.0.1", 0))
     stop.wait()
     server.close()
     spool.close()
     use = resource.getrusage(resource.RUSAGE_SELF)
-    served.put((server.served_records, server.served_bytes, use.ru_utime + use.ru_stime))
+    served.put(
+        (
+            server.served_records,
+            server.served_bytes,
+            use.ru_utime + use.ru_stime,
+            server.wire_bytes,
+        )
+    )
 
 
 class _Relay:
-    def __init__(self, path: str, index_interval: int) -> None:
+    def __init__(self, path: str, index_interval: int, wire: str = "auto") -> None:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         ports, self._stop, self._served = ctx.Queue(), ctx.Event(), ctx.Queue()
         self._proc = ctx.Process(
             target=_serve,
-            args=(path, index_interval, ports, self._stop, self._served),
+            args=(path, index_interval, ports, self._stop, self._served, wire),
             daemon=True,
         )
         self._proc.start()
         self.port = ports.get(timeout=60)
+        self.wire_bytes = 0
 
     def close(self) -> tuple[int, int, float]:
         """Stop the relay: (records sent, bytes sent, its process's CPU seconds)."""
+        records, sent, cpu, self.wire_bytes = self._served_now()
+        return records, sent, cpu
+
+    def _served_now(self) -> tuple[int, int, float, int]:
         self._stop.set()
         try:
             return self._served.get(timeout=30)

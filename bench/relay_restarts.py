@@ -41,6 +41,8 @@ the ratio of their rates.
 To find when the lost batches were sent, set ``RESTARTS_TRACE=FILE``: the sender
 numbers each batch (its last 4 bytes) and writes when it sent it to FILE, and the
 bench prints, for each batch the spool lacks, the seconds since the stop before it.
+``RESTARTS_BROKER_TRACE=FILE`` does the same for the Broker peer's messages (each is
+numbered in its topic, under the node's prefix).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def _zmq_sender(endpoint: str, rate: float, conn: Any, trace: str = "") -> None:
     conn.send((sent, dropped))
 
 
-def _broker_sender(port: int, rate: float, conn: Any) -> None:
+def _broker_sender(port: int, rate: float, conn: Any, trace: str = "") -> None:
     from zeek_recordings import recording
 
     import broker_spark as broker
@@ -121,6 +123,7 @@ def _broker_sender(port: int, rate: float, conn: Any) -> None:
     payloads = [p for _t, p in recording("zeek-logs-dns-edns-ecs").data]
     config = broker.Configuration(broker.BrokerOptions(disable_ssl=True))
     published = unpeered = 0
+    times = open(trace, "w") if trace else None  # noqa: SIM115 - closed below
     with broker.Endpoint(config) as ep:
         ep.peer_nosync("127.0.0.1", port, 1.0)
         conn.send("ready")
@@ -133,12 +136,18 @@ def _broker_sender(port: int, rate: float, conn: Any) -> None:
                 continue
             i += 1
             if any(str(t).startswith("zeek/logs/") for t in ep.peer_subscriptions()):
-                ep.publish_encoded([(BROKER_TOPIC, payloads[i % len(payloads)])])
+                # traced: the message's number in its topic (under the node's prefix)
+                topic = f"{BROKER_TOPIC}/{i}" if times else BROKER_TOPIC
+                ep.publish_encoded([(topic, payloads[i % len(payloads)])])
                 published += 1
+                if times:
+                    times.write(f"{i} {time.time()}\n")
             else:
                 unpeered += 1
         conn.recv()
         time.sleep(1.0)
+    if times:
+        times.close()
     conn.send((published, unpeered))
 
 
@@ -220,6 +229,19 @@ class _Node:
         return took, int(found.group(1))
 
 
+def _lost_after_stops(trace: str, seen: set[int], marks: list[float]) -> list[float | None]:
+    """For each message of ``trace`` (``number time`` lines) the spool lacks: seconds from
+    the stop before it was sent (None: sent before the first stop)."""
+    lost_at: list[float | None] = []
+    with open(trace) as lines:
+        for line in lines:
+            n, at = line.split()
+            if int(n) not in seen:
+                before = max((m for m in marks if m <= float(at)), default=None)
+                lost_at.append(round(float(at) - before, 3) if before else None)
+    return lost_at
+
+
 def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_rate: float,
                  busy: int) -> dict[str, Any]:  # fmt: skip
     from broker_spark.spool.spool import Spool
@@ -245,7 +267,10 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
                 os.environ.get("RESTARTS_TRACE", ""),
             ),
         ),
-        mp.Process(target=_broker_sender, args=(listen, broker_rate, broker_far)),
+        mp.Process(
+            target=_broker_sender,
+            args=(listen, broker_rate, broker_far, os.environ.get("RESTARTS_BROKER_TRACE", "")),
+        ),
     ]
     stop_times: list[float] = []
     marks: list[float] = []
@@ -276,9 +301,12 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
         with Spool(work / "spool", readonly=True) as view:
             zmq_spooled = broker_spooled = 0
             seen: set[int] = set()
+            broker_seen: set[int] = set()
             for record in view.iter_records(view.start_offset(), view.end_offset()):
-                if record.topic == BROKER_TOPIC:
+                if record.topic.startswith(BROKER_TOPIC):
                     broker_spooled += 1
+                    if record.topic != BROKER_TOPIC:
+                        broker_seen.add(int(record.topic.rsplit("/", 1)[1]))
                 else:
                     zmq_spooled += 1
                     seen.add(int.from_bytes(bytes(record.payload[-4:]), "big"))
@@ -293,14 +321,19 @@ def run_restarts(mode: str, restarts: int, period: float, rate: float, broker_ra
         shutil.rmtree(work, ignore_errors=True)
     trace = os.environ.get("RESTARTS_TRACE")
     if trace:  # each lost batch: when it was sent, against the stop before it
-        lost_at = []
-        with open(trace) as lines:
-            for line in lines:
-                n, at = line.split()
-                if int(n) not in seen:
-                    before = max((m for m in marks if m <= float(at)), default=None)
-                    lost_at.append(round(float(at) - before, 3) if before else None)
+        lost_at = _lost_after_stops(trace, seen, marks)
         print("lost, seconds after the last stop began:", lost_at[:400], file=sys.stderr)
+    broker_trace = os.environ.get("RESTARTS_BROKER_TRACE")
+    if broker_trace:  # each lost Broker message: when it was published, against the stop
+        lost_at = _lost_after_stops(broker_trace, broker_seen, marks)
+        print("Broker lost, s after the last stop began:", lost_at[:400], file=sys.stderr)
+        print(
+            "stops began at (s after the first):",
+            [round(m - marks[0], 2) for m in marks],
+            "restarted after (s):",
+            [round(t, 2) for t in stop_times],
+            file=sys.stderr,
+        )
     out: dict[str, Any] = {
         "mode": "SIGTERM" if sig == signal.SIGTERM else "SIGKILL",
         "restarts": restarts,

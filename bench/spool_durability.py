@@ -16,6 +16,14 @@ Usage: ``python bench/spool_durability.py [--seconds S] [--json]``
 - **compression**: the recording's spool records as one block, and each batch
   alone, compressed with zstd (levels 1 and 3), lz4 and zlib level 1 (pyarrow's
   codecs): the ratio and MB a second to compress and to decompress.
+- **compressed spool**: a spool of the default settings (64 MiB files, fsync
+  ``interval``) with ``compression`` ``none``, ``zstd`` and ``lz4``: batches a second
+  appended for ``S`` seconds while the spool's thread compresses the files it fills
+  (the appending thread's rate, as a ratio of ``none``), the thread's MB a second, and a
+  reader going back over the whole spool as a relay reads it (MB a second of records
+  as written, and as a ratio of ``none``). Each spool holds the recording repeated,
+  which compresses by its repeats: its size on disk is not a figure for real logs
+  (the ``compression`` block is).
 """
 
 from __future__ import annotations
@@ -70,16 +78,22 @@ def fsync_rate(
     work = tempfile.mkdtemp(prefix="broker-spark-fsync-", dir=where)
     try:
         with Spool(work, fsync=policy) as spool:
-            appended = 0
-            began = time.monotonic()
-            while time.monotonic() - began < seconds:
-                now = time.time_ns()
-                spool.append_batch([(t, p, s, now) for t, p, s in batch])
-                appended += len(batch)
-            took = time.monotonic() - began
-        return appended / took
+            return _append_for(spool, batch, seconds)[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _append_for(
+    spool: Any, batch: list[tuple[str, bytes, str]], seconds: float
+) -> tuple[float, int]:
+    """Append ``batch`` again and again for ``seconds``: batches a second, and how many."""
+    appended = 0
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        now = time.time_ns()
+        spool.append_batch([(t, p, s, now) for t, p, s in batch])
+        appended += len(batch)
+    return appended / (time.monotonic() - began), appended
 
 
 def bytes_per_record(records: list[tuple[str, bytes, str]], logs: int, where: str) -> float:
@@ -149,6 +163,57 @@ def compression(records: list[tuple[str, bytes, str]], where: str) -> dict[str, 
     return out
 
 
+def compressed_spool(
+    compression: str, batch: list[tuple[str, bytes, str]], seconds: float, where: str
+) -> dict[str, float]:
+    from broker_spark.spool.relay_server import read_about
+    from broker_spark.spool.spool import Spool
+
+    work = tempfile.mkdtemp(prefix="broker-spark-compressed-", dir=where)
+    try:
+        with Spool(work, fsync="interval", compression=compression) as spool:
+            append_rate, appended = _append_for(spool, batch, seconds)
+            while spool.compact_next():  # what the thread had not done yet, timed
+                pass
+            raw = sum(len(p) for _t, p, _s in batch) * appended / len(batch)
+            cpu_began = time.process_time()
+            began = time.monotonic()
+            at, end, read = 0, spool.end_offset(), 0
+            while at < end:
+                chunk, at = read_about(spool, at, end, 1 << 20)
+                read += len(chunk)
+            took = time.monotonic() - began
+            cpu = time.process_time() - cpu_began
+        return {
+            "append_batches_s": round(append_rate),
+            "read_mb_s": round(read / 2**20 / took),
+            "read_cpu_s_per_gb": round(cpu / (read / 2**30), 2),
+            "payload_gb": round(raw / 2**30, 2),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compaction_rate(batch: list[tuple[str, bytes, str]], where: str, codec: str) -> float:
+    """MB a second of records as written that one compression thread turns into ``.zlog``."""
+    from broker_spark.spool.spool import Spool
+
+    work = tempfile.mkdtemp(prefix="broker-spark-compact-", dir=where)
+    try:
+        with Spool(work) as spool:  # written first, compressed after: the thread's rate alone
+            now = time.time_ns()
+            while spool.total_bytes < 256 * 2**20:
+                spool.append_batch([(t, p, s, now) for t, p, s in batch])
+            size = spool.total_bytes
+        with Spool(work, compression=codec) as spool:
+            began = time.monotonic()
+            while spool.compact_next():
+                pass
+            return size / 2**20 / (time.monotonic() - began)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -175,7 +240,40 @@ def main() -> None:
             for rate in (16_000, 50_000)
         },
         "compression": compression(zmq, args.dir),
+        "compression_broker": compression(broker, args.dir),
     }
+    # what a record takes once its file is compressed (zstd 1, the default): the bytes as
+    # written over the recording's ratio as one block (a spool of the recording repeated
+    # would compress by its repeats)
+    zstd_zmq = per_zmq / results["compression"]["zstd-1"]["ratio"]
+    zstd_broker = per_broker / results["compression_broker"]["zstd-1"]["ratio"]
+    results["bytes_per_record_zstd"] = {
+        "zeromq": round(zstd_zmq, 1),
+        "broker": round(zstd_broker, 1),
+    }
+    results["gib_per_day_zstd"] = {
+        f"{rate}_records_s": round(zstd_zmq * rate * 86400 / 2**30, 1) for rate in (16_000, 50_000)
+    }
+    spools: dict[str, list[dict[str, float]]] = {"none": [], "zstd": [], "lz4": []}
+    for _ in range(2):
+        for codec in spools:
+            spools[codec].append(compressed_spool(codec, batch, args.seconds, args.dir))
+    best = {
+        codec: {
+            "append_batches_s": max(r["append_batches_s"] for r in runs),
+            "read_mb_s": max(r["read_mb_s"] for r in runs),
+            "read_cpu_s_per_gb": min(r["read_cpu_s_per_gb"] for r in runs),
+        }
+        for codec, runs in spools.items()
+    }
+    for codec, row in best.items():
+        row["append_ratio_to_none"] = round(
+            row["append_batches_s"] / best["none"]["append_batches_s"], 3
+        )
+        row["read_ratio_to_none"] = round(row["read_mb_s"] / best["none"]["read_mb_s"], 3)
+        if codec != "none":
+            row["compress_mb_s_one_thread"] = round(compaction_rate(batch, args.dir, codec))
+    results["compressed_spool"] = best
     print(json.dumps(results, indent=None if not args.json else 2))
 
 

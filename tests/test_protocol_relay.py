@@ -154,9 +154,13 @@ def _records(first: int, count: int) -> bytes:
 @given(
     counts=st.lists(st.integers(1, 50), min_size=1, max_size=20),
     cuts=st.lists(st.integers(1, 200), max_size=30),
+    compressed=st.booleans(),
 )
-def test_records_survive_any_cutting_of_the_stream(counts: list[int], cuts: list[int]) -> None:
-    server, client = _welcomed()
+def test_records_survive_any_cutting_of_the_stream(
+    counts: list[int], cuts: list[int], compressed: bool
+) -> None:
+    server, client = _compressing() if compressed else _welcomed()
+    assert (server.compression == "zstd") is compressed
     server.receive(client.follow(10))
     server.follow(10, 1 << 30, 10, 10 + sum(counts))
     stream = b""
@@ -206,3 +210,90 @@ def test_the_owner_sends_only_while_the_credit_has_room(sizes: list[int], credit
         size = sum(sizes[lo:hi])
         server.records(lo, hi - lo, b"\0" * size, now=0.0)
         unacked += size
+
+
+def _compressing(
+    offer: object = None, compress: bool = True
+) -> tuple[RelayServerSession, RelayClientSession]:
+    server = RelayServerSession("spool-1", compress=compress)
+    client = RelayClientSession(credit=1 << 20)
+    hello = {} if offer is None else {"compression": offer}
+    server.receive(client.hello("follow", "test", **hello))
+    client.receive(server.welcome(0, 100, []))
+    return server, client
+
+
+LOGS = b"".join(
+    b'{"ts":%d,"uid":"C%07d","proto":"tcp","service":"dns"}' % (i, i) for i in range(400)
+)
+
+
+def test_records_are_compressed_for_a_reader_that_offers_when_the_owner_compresses() -> None:
+    server, client = _compressing()
+    assert server.compression == "zstd"
+    server.receive(client.follow(0))
+    server.follow(0, 1 << 20, 0, 100)
+    frame = server.records(0, 3, LOGS, now=0.0)
+    assert frame[4] == Kind.RECORDS_COMPRESSED and len(frame) < len(LOGS) / 4
+    [records] = client.receive(frame)
+    assert (records.first, records.count, records.data) == (0, 3, LOGS)
+    _lo, _stop, budget = server.next_range(0, 100)  # credit counts the records as written
+    assert budget == (1 << 20) - len(LOGS)
+
+
+def test_kept_frames_are_compressed_too() -> None:
+    server = RelayServerSession("spool-1", compress=True)
+    client = RelayClientSession(credit=1 << 20)
+    server.receive(client.hello("follow", "test", topics=["zeek/logs/"]))
+    [welcome] = client.receive(server.welcome(0, 100, []))
+    assert welcome.fields["compression"] == "zstd"
+    server.receive(client.follow(0))
+    server.follow(0, 1 << 20, 0, 100)
+    frame = server.records(0, 5, LOGS, now=0.0, kept=2)
+    assert frame[4] == Kind.KEPT_COMPRESSED
+    [records] = client.receive(frame)
+    assert (records.first, records.count, records.data) == (0, 2, LOGS)
+    assert client.next == 5
+
+
+@pytest.mark.parametrize(
+    ("offer", "compress"),
+    [([], True), (["lz4"], True), (None, False), ("zstd", True)],
+    ids=["offers-nothing", "offers-another-codec", "owner-does-not-compress", "not-a-list"],
+)
+def test_records_go_as_written_unless_both_sides_agree(offer: object, compress: bool) -> None:
+    server, client = _compressing(offer, compress)
+    assert server.compression is None
+    server.receive(client.follow(0))
+    server.follow(0, 1 << 20, 0, 100)
+    frame = server.records(0, 3, LOGS, now=0.0)
+    assert frame[4] == Kind.RECORDS
+    [records] = client.receive(frame)
+    assert records.data == LOGS
+
+
+def test_a_compressed_frame_that_was_not_agreed_or_does_not_decompress_is_refused() -> None:
+    server, client = _compressing(compress=False)
+    client.follow(0)
+    head = bytes([Kind.RECORDS_COMPRESSED]) + (0).to_bytes(8, "big") + (1).to_bytes(4, "big")
+    with pytest.raises(RelayProtocolError, match="none was agreed"):
+        client.receive(encode_frame(head + (5).to_bytes(4, "big") + b"xxxxx"))
+    server, client = _compressing()
+    client.follow(0)
+    with pytest.raises(RelayProtocolError, match="does not decompress"):
+        client.receive(encode_frame(head + (5).to_bytes(4, "big") + b"xxxxx"))
+    server, client = _compressing()
+    client.follow(0)
+    with pytest.raises(RelayProtocolError, match="at most"):
+        client.receive(encode_frame(head + (1 << 31).to_bytes(4, "big") + b"xxxxx"))
+
+
+def test_a_welcome_naming_an_unknown_codec_is_refused() -> None:
+    client = RelayClientSession()
+    client.hello("follow", "test")
+    welcome = encode_frame(
+        bytes([Kind.WELCOME])
+        + msgpack.packb({"version": 1, "relay": "r", "start": 0, "end": 0, "compression": "brotli"})
+    )
+    with pytest.raises(RelayProtocolError, match="unknown codec"):
+        client.receive(welcome)

@@ -82,7 +82,10 @@ def test_a_relay_on_a_filling_disk_pauses_serves_and_resumes(spawn, tmp_path: Pa
     with small_file_system(tmp_path / "small", "32m") as disk:
         filler = disk / "filler"
         fill(filler, leave=6 << 20)  # the guard keeps 5% (1.6 MiB) free
-        node, said = start_relay(spawn, disk / "spool", "--spool-segment", "1m")
+        # files kept as written: compressed, 40 MiB of batches would fit in the disk
+        node, said = start_relay(
+            spawn, disk / "spool", "--spool-segment", "1m", "--spool-compression", "none"
+        )
         ctx, push = push_socket(said["zeromq"])
         try:
             sent = send_all(push, 20000, 60)  # about 40 MiB: more than the disk has

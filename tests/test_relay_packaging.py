@@ -165,7 +165,8 @@ def test_node_check_says_what_is_wrong_and_binds_nothing(tmp_path: Path) -> None
     )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("configuration OK: plain TCP")
-    assert "fsync interval" in ok.stdout and not (tmp_path / "spool").exists()
+    assert "fsync interval, compression zstd, to readers auto" in ok.stdout
+    assert not (tmp_path / "spool").exists()
     bad_cert = run_command(
         "node", "--check", "--cert", str(tmp_path / "nope.pem"), "--key", str(tmp_path / "k"),
         "--ca", str(tmp_path / "ca"), "--spool", str(tmp_path / "s"), "--subscribe", "z/",
@@ -188,6 +189,9 @@ def test_node_check_says_what_is_wrong_and_binds_nothing(tmp_path: Path) -> None
     bad_toml.write_text("[spool]\nfsync = 'sometimes'\n")
     done = run_command("node", "--check", "--config", str(bad_toml))
     assert done.returncode != 0 and "fsync must be one of" in done.stderr
+    bad_toml.write_text("[spool]\ncompression = 'gzip'\n")
+    done = run_command("node", "--check", "--config", str(bad_toml))
+    assert done.returncode != 0 and "compression must be one of zstd, lz4, none" in done.stderr
 
 
 @pytest.mark.slow

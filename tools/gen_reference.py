@@ -75,6 +75,7 @@ STATUS_EXAMPLE: dict[str, Any] = {
     "disk_free_bytes": 412_000_000_000,
     "disk_min_free_bytes": 1_073_741_824,
     "fsync": "interval",
+    "compression": "zstd",
     "retention_bytes": 500_000_000_000,
     "retention_seconds": 86_400.0,
     "peers": [{"id": "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "address": "10.0.0.2:41234",

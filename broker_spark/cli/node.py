@@ -209,6 +209,20 @@ def register(sub: Any) -> None:
         "cut loses with each",
     )
     spool.add_argument(
+        "--spool-compression",
+        choices=("zstd", "lz4", "none"),
+        help="how files the spool has filled are compressed: zstd (the default: a real "
+        "Zeek's logs take about a thirteenth), lz4 or none; what arrives last is kept "
+        "as written",
+    )
+    spool.add_argument(
+        "--relay-compression",
+        choices=("auto", "always", "never"),
+        help="compress the records the relay sends a reader (zstd; the reader "
+        "decompresses): auto (the default) for readers on other machines, not over "
+        "loopback; always (a tunnel that arrives on loopback); never",
+    )
+    spool.add_argument(
         "--metrics",
         type=host_port,
         metavar="HOST:PORT",
@@ -267,6 +281,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("spool_segment", "spool_segment_bytes"),
         ("spool_min_free", "spool_min_free_bytes"),
         ("spool_fsync", "spool_fsync"),
+        ("spool_compression", "spool_compression"),
+        ("relay_compression", "relay_compression"),
         ("zeromq_logs", "zeromq_logs"),
         ("zeromq_proxy", "zeromq_proxy"),
         ("websocket_peer", "websocket_peers"),
@@ -546,6 +562,8 @@ def _relay_node(settings: NodeSettings) -> Any:
             settings.spool_segment_bytes,
             settings.spool_min_free_bytes,
             settings.spool_fsync,
+            settings.spool_compression,
+            settings.relay_compression,
         )
     )
 

@@ -69,7 +69,8 @@ def check(settings: NodeSettings) -> int:
         size = settings.spool_retention_bytes
         say(
             f"  {'retention':12} {f'{age:g} s' if age else 'no age limit'}, "
-            f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}"
+            f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}, "
+            f"compression {settings.spool_compression}, to readers {settings.relay_compression}"
         )
     return 0
 

@@ -52,6 +52,10 @@ keys the reader below takes (``make reference``, tests/test_reference.py)::
                                   # 1 GiB, or 5% of the file system if less; 0: off)
     fsync = "interval"            # when appends reach the disk: never, interval (each
                                   # second, the default) or always (each append)
+    compression = "zstd"          # how filled files are compressed: zstd (the default),
+                                  # lz4 or none; the file being written stays as written
+    relay_compression = "auto"    # records sent to readers compressed: auto (readers on
+                                  # other machines, the default), always, never
     segment_bytes = 67108864      # a file's size: retention drops whole files (as Kafka)
 
     [spool.readers]               # limit readers (by their certificate's name) to topics
@@ -121,6 +125,11 @@ DEFAULT_RETENTION_SECONDS = 24 * 3600.0
 #: When a relay's appends reach the disk by default (see spool.Spool): each second.
 DEFAULT_FSYNC = "interval"
 FSYNC_POLICIES = ("never", "interval", "always")
+#: How a relay's sealed spool files are compressed (spool.compressed_segment.COMPRESSIONS;
+#: not imported, so reading a configuration loads no codec).
+COMPRESSIONS = ("zstd", "lz4", "none")
+#: When a relay compresses what it sends readers (relay_server.WIRE_COMPRESSION).
+RELAY_COMPRESSIONS = ("auto", "always", "never")
 
 #: Default address of a spool's relay (readers replay from it).
 DEFAULT_RELAY: HostPort = ("127.0.0.1", 9998)
@@ -164,6 +173,8 @@ class NodeSettings:
     spool_segment_bytes: int | None = None  # None: the spool's default (64 MiB)
     spool_min_free_bytes: int | None = None  # None: the guard's default; 0: no guard
     spool_fsync: str = DEFAULT_FSYNC  # never, interval, always
+    spool_compression: str = "zstd"  # how sealed spool files are compressed: zstd, lz4, none
+    relay_compression: str = "auto"  # records sent to readers compressed: auto, always, never
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
     zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
@@ -358,7 +369,7 @@ def load_node_config(path: str | Path) -> NodeSettings:
 def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
     known = [
         "dir", "topics", "relay", "retention_bytes", "retention_seconds", "segment_bytes",
-        "readers", "min_free_bytes", "fsync",
+        "readers", "min_free_bytes", "fsync", "compression", "relay_compression",
     ]  # fmt: skip
     spool = r.keys("[spool]", doc.get("spool", {}), known)
     if "dir" in spool:
@@ -389,13 +400,16 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
         if value < 0:
             raise r.fail("[spool] min_free_bytes must be zero (no guard) or more")
         s.spool_min_free_bytes = value
-    if "fsync" in spool:
-        policy = r.typed("[spool]", "fsync", spool["fsync"], str)
-        if policy not in FSYNC_POLICIES:
-            raise r.fail(
-                f"[spool] fsync must be one of {', '.join(FSYNC_POLICIES)}, got {policy!r}"
-            )
-        s.spool_fsync = policy
+    for key, attr, choices in (
+        ("fsync", "spool_fsync", FSYNC_POLICIES),
+        ("compression", "spool_compression", COMPRESSIONS),
+        ("relay_compression", "relay_compression", RELAY_COMPRESSIONS),
+    ):
+        if key in spool:
+            value = r.typed("[spool]", key, spool[key], str)
+            if value not in choices:
+                raise r.fail(f"[spool] {key} must be one of {', '.join(choices)}, got {value!r}")
+            setattr(s, attr, value)
 
 
 #: The CURVE keys of ``[zeromq]``, named as Zeek's ``Cluster::Backend::ZeroMQ`` options.

@@ -55,6 +55,10 @@ class SpoolSettings:
     min_free_bytes: int | None = None
     #: when appends reach the disk: never, interval, always
     fsync: str = "interval"
+    #: how sealed spool files are compressed: zstd, lz4, none
+    compression: str = "zstd"
+    #: when records sent to readers are compressed: auto (readers elsewhere), always, never
+    wire_compression: str = "auto"
 
 
 class RelayNode:
@@ -78,6 +82,7 @@ class RelayNode:
                 retention_bytes=settings.retention_bytes,
                 retention_ms=retention_ms,
                 fsync=settings.fsync,
+                compression=settings.compression,
                 **segment,
             )
         except SpoolLockedError:
@@ -152,7 +157,10 @@ class RelayNode:
         if self.settings.relay is None:
             return None
         self.server = RelayServer(
-            self.service, name="broker-spark-relay", grants=self.settings.readers
+            self.service,
+            name="broker-spark-relay",
+            grants=self.settings.readers,
+            wire_compression=self.settings.wire_compression,
         )
         host, port = self.settings.relay
         try:

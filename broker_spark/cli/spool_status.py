@@ -50,6 +50,8 @@ STATUS_FIELDS = {
     "disk_min_free_bytes": "the free space below which the node stops taking "
     "(`--spool-min-free`; 0: no guard)",
     "fsync": "when appends reach the disk: `never`, `interval` (each second) or `always`",
+    "compression": "how the spool's filled files are compressed: `zstd`, `lz4` or `none` "
+    "(the file being written is kept as written)",
     "retention_bytes": "the size beyond which the oldest files are dropped (null: no size limit)",
     "retention_seconds": "the age beyond which the oldest files are dropped (null: no age limit)",
     "peers": "the node's Broker peers, an entry each",

@@ -14,6 +14,8 @@ ranges of it to readers. It needs no Spark; three owners use it:
 Modules, from the disk up:
 
 * :mod:`.segment`: one segment file and its sparse index;
+* :mod:`.compressed_segment`: a sealed segment compressed in blocks (zstd or lz4), and
+  :mod:`.compactor`, the spool's thread that compresses them off the appending thread;
 * :mod:`.spool`: :class:`~.spool.Spool`, the log of segments (retention, locking,
   reads by offset range);
 * :mod:`.private`: a reader's temporary spool, removed however the reader ends;

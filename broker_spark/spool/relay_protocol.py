@@ -11,15 +11,17 @@ body is one kind byte and its fields, msgpack maps for everything but records:
 =====  ==========  ==================================================================
 kind   direction   body
 =====  ==========  ==================================================================
-1      c -> s      HELLO ``{version, role, name[, topics][, logs]}``: role ``follow``,
-                   ``status`` or ``attach`` (a reader of the owner's own machine, with
-                   ``identity``); ``topics``: what the reader means to read; ``logs``:
-                   the Zeek logs it reads (paths)
+1      c -> s      HELLO ``{version, role, name[, topics][, logs][, compression]}``:
+                   role ``follow``, ``status`` or ``attach`` (a reader of the owner's
+                   own machine, with ``identity``); ``topics``: what the reader means
+                   to read; ``logs``: the Zeek logs it reads (paths); ``compression``:
+                   the codecs it decompresses (``["zstd"]``)
 2      s -> c      WELCOME ``{version, relay, start, end, schemas}``: the spool's id
                    (fixed for its life), its first and next offset, its Zeek log
                    schemas (one entry per change, as ``zeek-log-schemas.jsonl``);
                    ``topics`` when the reader's credential is limited to them, or
-                   the HELLO's; ``logs``, the HELLO's, when it serves only those
+                   the HELLO's; ``logs``, the HELLO's, when it serves only those;
+                   ``compression``, the codec of its records frames when it compresses
 3      c -> s      FOLLOW ``{from, credit[, until]}``: send records from offset
                    ``from`` on (up to ``until``, or live), at most ``credit`` bytes
                    ahead of what the reader took
@@ -34,7 +36,18 @@ kind   direction   body
 9      s -> c      REPLY ``{op, ...}`` (or an ERROR naming the request)
 10     s -> c      KEPT: u64 first offset, u32 offsets spanned, u32 records kept, the
                    records of those offsets on the reader's topics and of its logs
+11     s -> c      RECORDS compressed: RECORDS' header, u32 bytes of the record stream,
+                   the record stream compressed with the WELCOME's ``compression``
+12     s -> c      KEPT compressed: KEPT's header, u32 bytes, the records compressed
 =====  ==========  ==================================================================
+
+Compression on the wire: a reader that offers a codec in its HELLO is sent RECORDS
+and KEPT frames compressed with it (kinds 11 and 12) when the owner compresses for
+that connection: a relay does for readers on other machines (the wire is then about
+a thirteenth of Zeek's batches; ``docs/relay.md``) and not on loopback, where it
+would cost both sides CPU for nothing. Credit counts the records' bytes as
+written either way. A reader that offers nothing, or an owner of an earlier
+version (which ignores the field), uses kinds 4 and 10.
 
 Offsets are the owner's spool offsets, dense and durable, so a query's
 checkpoint stays valid across restarts of the query, of the owner and of the
@@ -71,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import pyarrow as pa
 
 from broker_spark.errors import EC, BrokerError, DecodeError
 from broker_spark.protocol.framing import FrameDecoder, encode_frame
@@ -87,6 +101,7 @@ __all__ = [
     "RelayProtocolError",
     "RelayServerSession",
     "ServerMessage",
+    "WIRE_CODECS",
     "encode_message",
 ]
 
@@ -115,6 +130,10 @@ HELLO_TIMEOUT = 10.0
 _RECORDS_HEAD = struct.Struct(">BQI")
 # KEPT: u64 first offset, u32 offsets spanned, u32 records kept (a reader limited to topics)
 _KEPT_HEAD = struct.Struct(">BQII")
+_RAW_SIZE = struct.Struct(">I")
+#: The codecs a reader may offer and an owner may compress its records frames with.
+WIRE_CODECS = ("zstd",)
+_ZSTD_LEVEL = 1  # 13x on Zeek's batches at about a GB a second
 
 
 class Kind:
@@ -128,10 +147,21 @@ class Kind:
     REQUEST = 8
     REPLY = 9
     KEPT = 10
+    RECORDS_COMPRESSED = 11
+    KEPT_COMPRESSED = 12
 
 
 _CLIENT_KINDS = {Kind.HELLO, Kind.FOLLOW, Kind.CREDIT, Kind.REQUEST}
-_SERVER_KINDS = {Kind.WELCOME, Kind.RECORDS, Kind.KEPT, Kind.HEARTBEAT, Kind.ERROR, Kind.REPLY}
+_SERVER_KINDS = {
+    Kind.WELCOME,
+    Kind.RECORDS,
+    Kind.KEPT,
+    Kind.HEARTBEAT,
+    Kind.ERROR,
+    Kind.REPLY,
+    Kind.RECORDS_COMPRESSED,
+    Kind.KEPT_COMPRESSED,
+}
 
 ROLES = ("follow", "status", "attach")
 
@@ -150,6 +180,26 @@ def encode_message(kind: int, fields: dict[str, Any]) -> bytes:
 def encode_records(first: int, count: int, data: bytes) -> bytes:
     """One framed RECORDS message (the record stream is not copied into a msgpack map)."""
     return encode_frame(_RECORDS_HEAD.pack(Kind.RECORDS, first, count) + data)
+
+
+def _zstd() -> pa.Codec:
+    return pa.Codec("zstd", compression_level=_ZSTD_LEVEL)
+
+
+def _decompressed(codec: pa.Codec, body: bytes, at: int) -> bytes:
+    """The record stream of a compressed frame whose size field starts at ``at``."""
+    if len(body) < at + _RAW_SIZE.size:
+        raise RelayProtocolError("a compressed frame without its size")
+    (size,) = _RAW_SIZE.unpack_from(body, at)
+    if size > MAX_FRAME:
+        raise RelayProtocolError(f"a compressed frame of {size} bytes (at most {MAX_FRAME})")
+    try:
+        data = codec.decompress(body[at + _RAW_SIZE.size :], decompressed_size=size, asbytes=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise RelayProtocolError(f"a compressed frame does not decompress: {exc}") from None
+    if len(data) != size:
+        raise RelayProtocolError(f"a compressed frame holds {len(data)} bytes, not {size}")
+    return data
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -218,9 +268,15 @@ class RelayServerSession:
         now: float = 0.0,
         allowed: tuple[str, ...] | None = None,
         identity: str = "",
+        compress: bool = False,
     ) -> None:
         self.relay_id = relay_id
         self.local = local
+        #: Whether this connection's records are compressed if the reader offers a codec
+        #: (the owner's choice: readers on other machines), and the codec once agreed.
+        self.compress = compress
+        self.compression: str | None = None
+        self._codec: pa.Codec | None = None
         self._opened = now
         #: The topic prefixes this reader's credential may read (None: everything).
         self.allowed = allowed
@@ -315,6 +371,14 @@ class RelayServerSession:
             raise RelayProtocolError(f"'logs' must be a list of log paths, got {logs!r}")
         if logs is not None and role == "follow":
             self.served_logs = tuple(logs)
+        offered = fields.get("compression")
+        if (
+            self.compress
+            and role == "follow"
+            and isinstance(offered, list | tuple)
+            and ("zstd" in offered)
+        ):
+            self.compression, self._codec = "zstd", _zstd()
         return ServerEvent("hello", fields)
 
     @property
@@ -357,6 +421,7 @@ class RelayServerSession:
                 # a reader served some topics gets KEPT frames: fewer records than offsets
                 **({"topics": list(self.served)} if self.served is not None else {}),
                 **({"logs": list(self.served_logs)} if self.served_logs is not None else {}),
+                **({"compression": self.compression} if self.compression else {}),
             },
         )
 
@@ -422,6 +487,13 @@ class RelayServerSession:
             self.following = False  # the range asked for is complete
         self._in_flight += len(data)
         self._last_sent = now
+        if self._codec is not None:
+            packed = _RAW_SIZE.pack(len(data)) + self._codec.compress(data, asbytes=True)
+            if kept is not None:
+                head = _KEPT_HEAD.pack(Kind.KEPT_COMPRESSED, first, count, kept)
+            else:
+                head = _RECORDS_HEAD.pack(Kind.RECORDS_COMPRESSED, first, count)
+            return encode_frame(head + packed)
         if kept is not None:
             return encode_frame(_KEPT_HEAD.pack(Kind.KEPT, first, count, kept) + data)
         return encode_records(first, count, data)
@@ -484,12 +556,17 @@ class RelayClientSession:
 
     def __init__(self, credit: int = DEFAULT_CREDIT) -> None:
         self._framed = _Framed(_SERVER_KINDS, MAX_FRAME)
+        self._codec: pa.Codec | None = None  # set when the WELCOME says the owner compresses
         self.credit = credit
         self.welcomed = False
         self.next: int | None = None  # the offset the next RECORDS must start at
         self._untold = 0  # bytes taken and not yet acknowledged
 
     def hello(self, role: str, name: str = "", **fields: Any) -> bytes:
+        """The HELLO; a follower offers the codecs it decompresses unless ``fields`` says
+        otherwise (``compression=[]``: records as written)."""
+        if role == "follow":
+            fields.setdefault("compression", list(WIRE_CODECS))
         return encode_message(
             Kind.HELLO, {"version": PROTOCOL_VERSION, "role": role, "name": name, **fields}
         )
@@ -509,7 +586,9 @@ class RelayClientSession:
         out: list[Records | ServerMessage] = []
         for body in self._framed.frames(data):
             kind = body[0]
-            if kind == Kind.RECORDS:
+            if kind in (Kind.RECORDS_COMPRESSED, Kind.KEPT_COMPRESSED) and self._codec is None:
+                raise RelayProtocolError("a compressed frame where none was agreed")
+            if kind in (Kind.RECORDS, Kind.RECORDS_COMPRESSED):
                 if len(body) < _RECORDS_HEAD.size:
                     raise RelayProtocolError("a RECORDS frame without its header")
                 _, first, count = _RECORDS_HEAD.unpack_from(body)
@@ -518,9 +597,14 @@ class RelayClientSession:
                         f"records from offset {first} where {self.next} was due"
                     )
                 self.next = first + count
-                out.append(Records(first, count, body[_RECORDS_HEAD.size :]))
+                data = (
+                    body[_RECORDS_HEAD.size :]
+                    if kind == Kind.RECORDS
+                    else _decompressed(self._codec, body, _RECORDS_HEAD.size)  # type: ignore[arg-type]
+                )
+                out.append(Records(first, count, data))
                 continue
-            if kind == Kind.KEPT:  # offsets [first, first + span), ``kept`` records of them
+            if kind in (Kind.KEPT, Kind.KEPT_COMPRESSED):  # [first, first + span), ``kept`` of them
                 if len(body) < _KEPT_HEAD.size:
                     raise RelayProtocolError("a KEPT frame without its header")
                 _, first, span, kept = _KEPT_HEAD.unpack_from(body)
@@ -529,7 +613,12 @@ class RelayClientSession:
                         f"records from offset {first} where {self.next} was due"
                     )
                 self.next = first + span
-                out.append(Records(first, kept, body[_KEPT_HEAD.size :]))
+                data = (
+                    body[_KEPT_HEAD.size :]
+                    if kind == Kind.KEPT
+                    else _decompressed(self._codec, body, _KEPT_HEAD.size)  # type: ignore[arg-type]
+                )
+                out.append(Records(first, kept, data))
                 continue
             fields = _fields(body)
             if kind == Kind.WELCOME:
@@ -540,6 +629,11 @@ class RelayClientSession:
                     _offset(fields, name)
                 if not isinstance(fields.get("relay"), str):
                     raise RelayProtocolError("a WELCOME without the relay's id")
+                codec = fields.get("compression")
+                if codec is not None:
+                    if codec not in WIRE_CODECS:
+                        raise RelayProtocolError(f"a WELCOME with an unknown codec {codec!r}")
+                    self._codec = _zstd()
             elif not self.welcomed and kind != Kind.ERROR:
                 raise RelayProtocolError("the first frame must be WELCOME")
             if kind == Kind.ERROR and fields.get("code") in ("data_loss", "offset_out_of_range"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import ssl
@@ -45,6 +46,8 @@ _READ_SIZE = 1 << 16
 #: Connections served at once on each socket (readers, followers, status requests); beyond,
 #: a new one gets a ``too_many`` ERROR and is closed.
 DEFAULT_MAX_CONNECTIONS = 256
+#: When a relay compresses the records it sends a reader that offers a codec.
+WIRE_COMPRESSION = ("auto", "always", "never")
 
 
 @dataclass
@@ -96,7 +99,16 @@ class RelayServer:
         name: str = "broker-spark-spool-server",
         grants: Mapping[str, tuple[str, ...]] | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        wire_compression: str = "auto",
     ) -> None:
+        if wire_compression not in WIRE_COMPRESSION:
+            raise ValueError(
+                f"wire_compression must be one of {', '.join(WIRE_COMPRESSION)}, "
+                f"got {wire_compression!r}"
+            )
+        #: whether records are compressed for a reader that offers a codec: ``auto`` for
+        #: readers on other machines (not over loopback or a Unix socket), ``always``, ``never``
+        self.wire_compression = wire_compression
         self.service = service
         self.admission = Admission("relay", max_connections)
         self.control = Admission("control", max_connections)
@@ -112,6 +124,9 @@ class RelayServer:
         #: Records and bytes of records sent to followers, in all (what readers fetched).
         self.served_records = 0
         self.served_bytes = 0
+        #: Bytes of records frames written to followers (less than ``served_bytes`` where
+        #: records were compressed on the wire).
+        self.wire_bytes = 0
 
     # --- listening ------------------------------------------------------------------------
 
@@ -266,6 +281,7 @@ class RelayServer:
             now=loop.time(),
             allowed=allowed,
             identity=f"certificate {identity!r}" if identity else "an anonymous reader",
+            compress=self._compresses(writer, local),
         )
         key = id(session)
         self._readers[key] = _Reader(session, peer, time.time())
@@ -352,7 +368,7 @@ class RelayServer:
             return False
         lo, stop, budget = span
         try:
-            data, hi = _read_about(spool, lo, stop, budget)
+            data, hi = read_about(spool, lo, stop, budget)
         except DataLossError as exc:
             writer.write(session.lost(exc.earliest))
             await writer.drain()
@@ -362,7 +378,9 @@ class RelayServer:
             data, kept = keep_records(data, session.served, session.served_logs)
         self.served_records += hi - lo if kept is None else kept
         self.served_bytes += len(data)
-        writer.write(session.records(lo, hi - lo, data, time.monotonic(), kept))
+        frame = session.records(lo, hi - lo, data, time.monotonic(), kept)
+        self.wire_bytes += len(frame)
+        writer.write(frame)
         await writer.drain()
         return True
 
@@ -411,13 +429,18 @@ class RelayServer:
             return session.reply(op, {}), False
         return None  # pragma: no cover - the session refuses other requests
 
+    def _compresses(self, writer: asyncio.StreamWriter, local: bool) -> bool:
+        if self.wire_compression == "auto":
+            return not local and not _on_loopback(writer)
+        return self.wire_compression == "always"
+
     def _readers_changed(self) -> None:
         if self._on_readers is not None:
             attached = sum(1 for r in self._readers.values() if r.session.role == "attach")
             self._on_readers(attached)
 
 
-def _read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int]:
+def read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int]:
     """Records from ``lo`` on, about ``budget`` bytes of them but not beyond ``stop``: read a
     step of the spool's index interval at a time (each step starts at an index entry, so it
     costs no skipping), the steps growing while the records are small."""
@@ -433,6 +456,16 @@ def _read_about(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int
         at = hi
         step = spool.index_interval * max(1, (budget - size) // max(1, 4 * len(chunk)))
     return b"".join(parts), at
+
+
+def _on_loopback(writer: asyncio.StreamWriter) -> bool:
+    peer = writer.get_extra_info("peername")
+    if not isinstance(peer, tuple) or not peer:
+        return True  # not an IP connection
+    try:
+        return ipaddress.ip_address(str(peer[0]).split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def _port_of(server: asyncio.base_events.Server) -> int | None:

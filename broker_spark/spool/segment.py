@@ -34,7 +34,15 @@ from broker_spark.data.msgpack_records import (
 )
 from broker_spark.errors import EC, BrokerError
 
-__all__ = ["DataLossError", "Segment", "SpoolCorruptError", "SpoolError", "fsync_dir"]
+__all__ = [
+    "DataLossError",
+    "Segment",
+    "SpoolCorruptError",
+    "SpoolError",
+    "first_offset_is",
+    "fsync_dir",
+    "pread_exact",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +92,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _pread_exact(fd: int, size: int, pos: int) -> bytes:
+def pread_exact(fd: int, size: int, pos: int) -> bytes:
     data = os.pread(fd, size, pos)
     while len(data) < size:
         more = os.pread(fd, size - len(data), pos + len(data))
@@ -100,7 +108,7 @@ def _is_record(obj: Any, offset: int) -> bool:
     return is_record(obj) and obj[4] == offset
 
 
-def _first_record_is(data: bytes, offset: int) -> bool:
+def first_offset_is(data: bytes, offset: int) -> bool:
     """Whether ``data`` starts with the record of ``offset``: its header walked where it lies
     (a range of large records is not copied to look at the first), else unpacked."""
     found = _first_offset(data)
@@ -202,7 +210,7 @@ class Segment:
         fd = os.open(self.log_path, flags)
         try:
             offsets, positions, clean = self._read_index()
-            if offsets and not _first_record_is(
+            if offsets and not first_offset_is(
                 os.pread(fd, min(self.size - positions[-1], 1 << 16), positions[-1]), offsets[-1]
             ):
                 offsets, positions, clean = [], [], False
@@ -358,6 +366,19 @@ class Segment:
         self.since = self.end - self.offsets[-1]
         self.last_ns = last_ns
 
+    def layout(self) -> tuple[int, int, int, int | None, list[int], list[int]]:
+        """A sealed segment's ``(base, end, size, last_ns, index offsets, index positions)``:
+        what compressing it needs (the index loaded or rebuilt first)."""
+        fd, own = self._open()
+        try:
+            self._ensure_index(fd)
+        finally:
+            if own:
+                os.close(fd)
+        assert self.offsets is not None and self.positions is not None
+        last_ns = self.last_received_ns()
+        return self.base, self.end, self.size, last_ns, list(self.offsets), list(self.positions)
+
     def _open(self) -> tuple[int, bool]:
         """A descriptor to read the log with, and whether the caller must close it."""
         if self.fd >= 0:
@@ -373,11 +394,11 @@ class Segment:
         try:
             self._ensure_index(fd)
             a = self._position(fd, start)
-            data = _pread_exact(fd, self._position(fd, end) - a, a)
+            data = pread_exact(fd, self._position(fd, end) - a, a)
         finally:
             if own:
                 os.close(fd)
-        if not _first_record_is(data, start):
+        if not first_offset_is(data, start):
             raise SpoolCorruptError(f"segment {self.log_path} has no record {start}")
         return data
 
@@ -392,7 +413,7 @@ class Segment:
         if base == offset:
             return pos
         limit = self.positions[k + 1] if k + 1 < len(self.positions) else self.size
-        unpacker = record_unpacker(_pread_exact(fd, limit - pos, pos))
+        unpacker = record_unpacker(pread_exact(fd, limit - pos, pos))
         try:
             for _ in range(offset - base):
                 unpacker.skip()

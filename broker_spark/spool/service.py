@@ -257,6 +257,7 @@ class SpoolService:
         out["disk_free_bytes"] = self.guard.free
         out["disk_min_free_bytes"] = self.guard.limit
         out["fsync"] = self.spool.fsync_policy
+        out["compression"] = self.spool.compression
         out["retention_bytes"] = self.spool.retention_bytes
         out["retention_seconds"] = (
             self.spool.retention_ms / 1000 if self.spool.retention_ms is not None else None

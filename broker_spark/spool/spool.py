@@ -35,7 +35,9 @@ storage) read ranges while the writer keeps appending.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
+import logging
 import os
 import re
 import threading
@@ -49,6 +51,15 @@ import msgpack
 from broker_spark.columnar.strided import strided_records
 from broker_spark.data.msgpack_records import Record, pack_records, unpack_records
 from broker_spark.errors import EC, DecodeError, EncodeError
+from broker_spark.spool.compactor import Compactor
+from broker_spark.spool.compressed_segment import (
+    COMPRESSIONS,
+    SUFFIX,
+    CompressedSegment,
+    check_compression,
+    compressed_path,
+    write_compressed,
+)
 from broker_spark.spool.segment import (
     DataLossError,
     Segment,
@@ -63,6 +74,7 @@ except ImportError:  # pragma: no cover - not POSIX: no cross-process writer loc
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "COMPRESSIONS",
     "DEFAULT_INDEX_INTERVAL",
     "DEFAULT_SEGMENT_BYTES",
     "DEFAULT_SYNC_INTERVAL",
@@ -84,7 +96,10 @@ DEFAULT_SYNC_INTERVAL = 1.0
 DEFAULT_INDEX_INTERVAL = 128
 LOCK_NAME = ".lock"
 
+log = logging.getLogger(__name__)
+
 _LOG_NAME = re.compile(r"([0-9]{20})\.log\Z")
+_ZLOG_NAME = re.compile(r"([0-9]{20})" + re.escape(SUFFIX) + r"(\.tmp)?\Z")
 
 
 class SpoolLockedError(SpoolError):
@@ -136,6 +151,7 @@ class Spool:
         index_interval: int = DEFAULT_INDEX_INTERVAL,
         readonly: bool = False,
         sync_interval: float = DEFAULT_SYNC_INTERVAL,
+        compression: str = "none",
     ) -> None:
         for name, value in (
             ("segment_bytes", segment_bytes),
@@ -151,6 +167,8 @@ class Spool:
         if policy not in FSYNC_POLICIES:
             raise SpoolError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
         self.path = os.fspath(path)
+        #: how sealed segments are compressed (``zstd``, ``lz4``), or ``none``
+        self.compression = check_compression(compression)
         self.segment_bytes = segment_bytes
         self.retention_bytes = retention_bytes
         self.retention_ms = retention_ms
@@ -163,12 +181,17 @@ class Spool:
         self.index_interval = index_interval
         self.readonly = readonly
         self._lock = threading.Lock()
-        self._segments: list[Segment] = []
+        self._segments: list[Segment | CompressedSegment] = []
         self._bases: list[int] = []
         self._end = 0
         self._total = 0
         self._lock_fd = -1
         self._closed = False
+        self._last_read: Segment | CompressedSegment | None = None
+        self._compactor: Compactor | None = None
+        self._compacting = threading.Lock()
+        if not readonly and self.compression != "none":
+            self._compactor = Compactor(self.compact_next, f"broker-spark-spool-compress {path}")
         if not readonly:
             os.makedirs(self.path, exist_ok=True)
             self._take_lock()
@@ -201,24 +224,53 @@ class Spool:
         )
 
     def _load(self) -> None:
-        """List the segments; recover the last one, the active one."""
+        """List the segments, sealed ones as written or compressed; recover the last one,
+        the active one. The writer removes what a compression cut short left: a
+        ``.zlog.tmp``, or the ``.log`` of a segment whose ``.zlog`` is in place."""
         try:
             names = os.listdir(self.path)
         except FileNotFoundError:
             if self.readonly:
                 raise SpoolError(f"no spool at {self.path}") from None
             raise
-        segments = []
-        for base in sorted(int(m.group(1)) for m in map(_LOG_NAME.match, names) if m):
-            seg = self._segment(base)
+        plain = {int(m.group(1)) for m in map(_LOG_NAME.match, names) if m}
+        packed = set()
+        for name, m in zip(names, map(_ZLOG_NAME.match, names), strict=True):
+            if m and m.group(2) and not self.readonly:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.path, name))
+            elif m and not m.group(2):
+                packed.add(int(m.group(1)))
+        segments: list[Segment | CompressedSegment] = []
+        for base in sorted(plain | packed):
+            seg: Segment | CompressedSegment = (
+                CompressedSegment(self.path, base) if base in packed else self._segment(base)
+            )
             try:
                 seg.stat()
             except FileNotFoundError:  # a read-only view racing the writer's retention
-                continue
+                if base in packed:  # ... or its compression, which renamed it
+                    continue
+                seg = CompressedSegment(self.path, base)
+                try:
+                    seg.stat()
+                except FileNotFoundError:
+                    continue
+            except SpoolCorruptError as exc:  # a damaged .zlog header: the rest still serves
+                if base == max(plain | packed):
+                    raise  # where the spool ends is unknown
+                log.warning("spool %s: %s; its offsets cannot be read", self.path, exc)
+                assert isinstance(seg, CompressedSegment)
+                seg.broken(str(exc))
+            if base in packed and base in plain and not self.readonly:
+                self._segment(base).delete()
             segments.append(seg)
         for seg, nxt in zip(segments, segments[1:], strict=False):
             seg.end = nxt.base
-        if segments:
+        if segments and isinstance(segments[-1], CompressedSegment):
+            if not self.readonly:  # the active segment went missing: start one at the end
+                segments.append(self._new_segment(segments[-1].end))
+        elif segments:
             segments[-1].recover()
         elif not self.readonly:
             segments.append(self._new_segment(0))
@@ -226,6 +278,59 @@ class Spool:
         self._bases = [s.base for s in segments]
         self._end = segments[-1].end if segments else 0
         self._total = sum(s.size for s in segments)
+        self._wake_compactor()
+
+    def _wake_compactor(self) -> None:
+        if self._compactor is not None and any(
+            type(s) is Segment and s.size for s in self._segments[:-1]
+        ):
+            self._compactor.wake()
+
+    def compact_next(self) -> bool:
+        """Compress the oldest sealed segment still as written; whether there was one (the
+        compactor thread's step; the appending thread never waits for it).
+
+        The segment is read and compressed without the lock (a sealed segment does not
+        change), then swapped in under it: renamed into place, the ``.log`` removed.
+        One compression at a time.
+        """
+        with self._compacting:
+            return self._compact_next()
+
+    def _compact_next(self) -> bool:
+        with self._lock:
+            if self._closed or self.compression == "none":
+                return False
+            seg = next((s for s in self._segments[:-1] if type(s) is Segment and s.size), None)
+            if seg is None:
+                return False
+            layout = seg.layout()
+        compactor = self._compactor
+        try:
+            tmp = write_compressed(
+                self.path,
+                seg.log_path,
+                layout,
+                self.compression,
+                fsync=self.fsync,
+                stopping=lambda: compactor is not None and compactor.stopping,
+            )
+        except FileNotFoundError:
+            return True  # dropped by retention meanwhile
+        if tmp is None:
+            return False
+        with self._lock:
+            if self._closed or not any(s is seg for s in self._segments):
+                os.unlink(tmp)
+                return not self._closed
+            packed = CompressedSegment.install(tmp, self.path, seg.base, fsync=self.fsync)
+            seg.delete()
+            if self.fsync:
+                fsync_dir(self.path)
+            i = next(k for k, s in enumerate(self._segments) if s is seg)
+            self._segments[i] = packed
+            self._total += packed.size - seg.size
+        return True
 
     def _new_segment(self, base: int) -> Segment:
         return Segment.create(self.path, base, interval=self.index_interval, fsync=self.fsync)
@@ -321,6 +426,8 @@ class Spool:
             seg = self._new_segment(self._end)
             self._segments.append(seg)
             self._bases.append(seg.base)
+            if self._compactor is not None:
+                self._compactor.wake()
         seg = self._segments[-1]
         size = seg.size
         seg.append(b"".join(part.chunks), part.entries, part.count, part.last_ns)
@@ -369,7 +476,7 @@ class Spool:
                 fsync_dir(self.path)
             return self._segments[0].base
 
-    def _too_old(self, seg: Segment, now_ms: int) -> bool:
+    def _too_old(self, seg: Segment | CompressedSegment, now_ms: int) -> bool:
         if self.retention_ms is None:
             return False
         last_ns = seg.last_received_ns()
@@ -412,12 +519,34 @@ class Spool:
             i = bisect.bisect_right(self._bases, start) - 1
             offset = start
             while offset < end:
-                seg = self._segments[i]
-                upto = min(seg.end, end)
-                parts.append(seg.read(offset, upto))
+                upto = min(self._segments[i].end, end)
+                parts.append(self._read_segment(i, offset, upto))
                 offset = upto
                 i += 1
         return b"".join(parts)
+
+    def _read_segment(self, i: int, start: int, end: int) -> bytes:
+        """One segment's part of a read. A read-only view finds a segment the writer
+        compressed since the view listed it under its new name."""
+        seg = self._segments[i]
+        if self._last_read is not seg:  # a compressed segment keeps one block for the next
+            if isinstance(self._last_read, CompressedSegment):
+                self._last_read.forget()
+            self._last_read = seg
+        try:
+            return seg.read(start, end)
+        except DataLossError:
+            if not (
+                self.readonly
+                and isinstance(seg, Segment)
+                and os.path.exists(compressed_path(self.path, seg.base))
+            ):
+                raise
+        packed = CompressedSegment(self.path, seg.base)
+        packed.stat()
+        packed.end = seg.end
+        self._segments[i] = self._last_read = packed
+        return packed.read(start, end)
 
     def read(self, start: int, end: int) -> list[Record]:
         """The records of offsets ``start`` to ``end - 1``, each with its offset."""
@@ -478,7 +607,10 @@ class Spool:
             self._lock_fd = -1
 
     def close(self) -> None:
-        """Flush (with ``fsync``, sync) and close; later calls raise :class:`SpoolError`."""
+        """Flush (with ``fsync``, sync) and close; later calls raise :class:`SpoolError`.
+        A compression under way stops after its block (the segment stays as written)."""
+        if self._compactor is not None:
+            self._compactor.stop()
         with self._lock:
             if self._closed:
                 return
