@@ -14,6 +14,7 @@ from typing import Any
 from procs import Usage
 
 __all__ = [
+    "A_SEGMENT",
     "B_RETENTION",
     "B_SEGMENT",
     "CHECKPOINT_FILES",
@@ -24,6 +25,8 @@ __all__ = [
 
 #: Relay B: small files and retention, so retention drops files all along.
 B_SEGMENT, B_RETENTION = 1 << 20, 4 << 20
+#: Relay A: files small enough that it fills and compresses several during a run.
+A_SEGMENT = 2 << 20
 #: Growth allowed for relay A between the middle and the end of the run.
 RSS_GROWTH_MB, FD_GROWTH, THREAD_GROWTH = 48.0, 16, 8
 #: Longest pause of the query's writes allowed while hostile clients hit every port (s):
@@ -89,6 +92,9 @@ def checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str,
             r["spool_B_mb"] <= (B_RETENTION + 2 * B_SEGMENT) / 2**20
         ),
         "the store read back as written": r["side"].get("keys_wrong", 1) == 0,
+        "relay A compressed the files it filled (read back whole by the checks above)": (
+            r["spool_A_compressed_files"] > 0
+        ),
         "each planned restart exited 0 having appended and synced all it read": all(
             f["exit"] == 0 and f["kept_all_read"]
             for f in r["faults"]

@@ -87,7 +87,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checks import B_RETENTION, B_SEGMENT, checks, data_loss_warnings  # noqa: E402
+from checks import (  # noqa: E402
+    A_SEGMENT,
+    B_RETENTION,
+    B_SEGMENT,
+    checks,
+    data_loss_warnings,
+)
 from disk import SmallDisk, undecodable_batches, undecodable_kept  # noqa: E402
 from faults import CuttingProxy, HostileClients  # noqa: E402
 from ledger import Fault, account  # noqa: E402
@@ -127,14 +133,19 @@ class Soak:
             [*NODE, "--listen", f"127.0.0.1:{p['A']}", "--spool", str(work / "spool-A"),
              "--subscribe", "zeek/logs/", "--relay", f"127.0.0.1:{p['rA']}",
              "--zeromq-logs", f"tcp://127.0.0.1:{p['zA']}", "--websocket", f"127.0.0.1:{p['wA']}",
-             "--master", "soak", "--metrics", f"127.0.0.1:{p['mA']}"],
+             "--master", "soak", "--metrics", f"127.0.0.1:{p['mA']}",
+             # small files, so the files it fills are compressed (the default) during the
+             # run, and readers that go back (a restarted query) read compressed ones
+             "--spool-segment", str(A_SEGMENT)],
             log / "relay-A.log", "^ready$",
         )  # fmt: skip
         self.relay_b = Component(
             "relay-B",
             [*NODE, "--no-listen", "--spool", str(self.spool_b), "--subscribe", "zeek/logs/",
              "--relay", f"127.0.0.1:{p['rB']}", "--zeromq-logs", f"tcp://127.0.0.1:{p['zB']}",
-             "--spool-segment", str(B_SEGMENT), "--spool-retention", str(B_RETENTION)],
+             "--spool-segment", str(B_SEGMENT), "--spool-retention", str(B_RETENTION),
+             # files as written: retention by size drops them all along at this scale
+             "--spool-compression", "none"],
             log / "relay-B.log", "^ready$",
         )  # fmt: skip
         self.ledgers = {t: work / f"ledger-{t}" for t in ("Z", "K", "R", "F")}
@@ -600,6 +611,7 @@ class Soak:
         for c in (self.relay_a, self.relay_b):
             c.stop(60)
         kept = undecodable_kept(self.work / "spool-A", self.undecodable_sent)
+        compressed_a = sum(1 for f in (self.work / "spool-A").iterdir() if f.suffix == ".zlog")
         spool_b_mb = round(_size(self.spool_b) / 2**20, 2)
         if self.small_disk is not None:
             self.small_disk.unmount()
@@ -665,6 +677,7 @@ class Soak:
             "hostile": self.hostile_checks,
             "side": side,
             "spool_B_mb": spool_b_mb,
+            "spool_A_compressed_files": compressed_a,
             "undecodable": {"sent": len(self.undecodable_sent), "kept": kept},
             "small_disk": self.small_disk is not None or SmallDisk.why_not,
             "receiver": {
