@@ -340,3 +340,25 @@ def test_a_relay_compresses_on_the_wire_for_readers_elsewhere(tmp_path: Path, mo
         assert relay.node.server.served_bytes == 2 * len(expected)
     finally:
         relay.close()
+
+
+@pytest.mark.parametrize(
+    ("peer", "loopback"),
+    [
+        (("127.0.0.1", 5000), True),
+        (("::1", 5000, 0, 0), True),
+        (("::ffff:127.0.0.1", 5000, 0, 0), True),  # a dual-stack listener's IPv4 peer
+        (("10.1.2.3", 5000), False),
+        (("::ffff:10.1.2.3", 5000, 0, 0), False),
+        (("fe80::1%eth0", 5000, 0, 2), False),
+        ("/run/relay.sock", True),  # not an IP connection
+    ],
+)
+def test_auto_compresses_for_peers_that_are_not_on_loopback(peer: object, loopback: bool) -> None:
+    from broker_spark.spool import relay_server
+
+    class Peer:  # what asyncio's writer says of its peer: the address only
+        def get_extra_info(self, name: str) -> object:
+            return peer if name == "peername" else None
+
+    assert relay_server._on_loopback(Peer()) is loopback

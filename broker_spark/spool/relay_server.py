@@ -463,9 +463,11 @@ def _on_loopback(writer: asyncio.StreamWriter) -> bool:
     if not isinstance(peer, tuple) or not peer:
         return True  # not an IP connection
     try:
-        return ipaddress.ip_address(str(peer[0]).split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # a dual-stack socket's IPv4 peer
+    return (mapped or address).is_loopback
 
 
 def _port_of(server: asyncio.base_events.Server) -> int | None:
