@@ -21,7 +21,7 @@ the status subscriber the caller made before connecting), else a plain sentence.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker_spark.addresses import without_credentials
@@ -109,39 +109,50 @@ class SourceOpener:
     def _why(self, default: str) -> str:
         return _errors_text(self.statuses) or default
 
-    def listen(self, host: str, port: int) -> int:
-        """Listen for Broker peers; the port bound (``port`` 0: one the system chose)."""
-        target = _host_port(host, port)
+    def _attempt(
+        self,
+        source: str,
+        target: str,
+        call: Callable[[], Any],
+        refused: str,
+        failed: Callable[[Any], bool] = lambda done: not done,
+    ) -> Any:
+        """What ``call()`` (one of the endpoint's opening methods) returned; what it raised,
+        or a result ``failed`` says is a failure, as a :class:`SourceError` (``refused``:
+        the reason when the endpoint reported none)."""
         try:
-            bound = self.endpoint.listen(host, port)
+            done = call()
         except NotImplementedError as exc:
             raise SourceMisconfigured(
-                "listen", target, f"not supported yet: {exc}", plain=True
+                source, target, f"not supported yet: {exc}", plain=True
             ) from None
+        except ValueError as exc:  # a malformed address or option
+            raise SourceMisconfigured(source, target, str(exc)) from None
         except OSError as exc:
-            raise SourceUnreachable("listen", target, str(exc)) from None
-        if not bound:
-            why = self._why("the address is in use or not local")
-            raise SourceUnreachable("listen", target, why)
+            raise SourceUnreachable(source, target, str(exc)) from None
+        if failed(done):
+            raise SourceUnreachable(source, target, self._why(refused))
+        return done
+
+    def listen(self, host: str, port: int) -> int:
+        """Listen for Broker peers; the port bound (``port`` 0: one the system chose)."""
+        bound = self._attempt(
+            "listen",
+            _host_port(host, port),
+            lambda: self.endpoint.listen(host, port),
+            "the address is in use or not local",
+        )
         return int(bound)
 
     def peer(self, host: str, port: int, retry: float = 0.0) -> None:
         """Peer with a Broker endpoint (``retry``: redial every so many seconds once it
         drops; 0: never). The first attempt's failure is raised either way."""
-        target = _host_port(host, port)
-        try:
-            ok = self.endpoint.peer(host, port, retry)
-        except NotImplementedError as exc:
-            raise SourceMisconfigured(
-                "peer", target, f"not supported yet: {exc}", plain=True
-            ) from None
-        except ValueError as exc:
-            raise SourceMisconfigured("peer", target, str(exc)) from None
-        except OSError as exc:
-            raise SourceUnreachable("peer", target, str(exc)) from None
-        if not ok:
-            why = self._why("the peer is unreachable or refused the peering")
-            raise SourceUnreachable("peer", target, why)
+        self._attempt(
+            "peer",
+            _host_port(host, port),
+            lambda: self.endpoint.peer(host, port, retry),
+            "the peer is unreachable or refused the peering",
+        )
 
     def websocket(
         self, url: str, topics: Sequence[str], retry: float = 0.0, **options: Any
@@ -149,20 +160,13 @@ class SourceOpener:
         """Bridge to a WebSocket API (a Zeek's), subscribing to ``topics`` there; the
         bridge sends what the endpoint publishes. ``retry``: redial interval after the
         bridge drops or a first attempt fails (0: never); ``options``: its pacing."""
-        target = without_credentials(url)
-        try:
-            ok = self.endpoint.web_socket_peer(url, list(topics), retry, **options)
-        except NotImplementedError as exc:
-            raise SourceMisconfigured(
-                "websocket", target, f"not supported yet: {exc}", plain=True
-            ) from None
-        except ValueError as exc:  # not ws:// or wss://, a bad option
-            raise SourceMisconfigured("websocket", target, str(exc)) from None
-        except OSError as exc:
-            raise SourceUnreachable("websocket", target, str(exc)) from None
-        if ok is False:
-            why = self._why("the server is unreachable or refused the connection")
-            raise SourceUnreachable("websocket", target, why)
+        self._attempt(
+            "websocket",
+            without_credentials(url),  # not ws:// or wss:// is a ValueError: misconfigured
+            lambda: self.endpoint.web_socket_peer(url, list(topics), retry, **options),
+            "the server is unreachable or refused the connection",
+            failed=lambda done: done is False,
+        )
 
     def zeromq_proxy(
         self,
