@@ -138,7 +138,7 @@ class SourceOpener:
         """Listen for Broker peers; the port bound (``port`` 0: one the system chose)."""
         bound = self._attempt(
             "listen",
-            _host_port(host, port),
+            _checked("listen", host, port),
             lambda: self.endpoint.listen(host, port),
             "the address is in use or not local",
         )
@@ -149,7 +149,7 @@ class SourceOpener:
         drops; 0: never). The first attempt's failure is raised either way."""
         self._attempt(
             "peer",
-            _host_port(host, port),
+            _checked("peer", host, port),
             lambda: self.endpoint.peer(host, port, retry),
             "the peer is unreachable or refused the peering",
         )
@@ -222,6 +222,14 @@ def open_zeromq_logs(bind: str, curve: Any = None) -> Any:
         "receiving Zeek's logs on %s%s", receiver.endpoint, " (CURVE)" if receiver.curve else ""
     )
     return receiver
+
+
+def _checked(source: str, host: str, port: int) -> str:
+    """``host:port`` for messages, once ``port`` is one (else the setting is wrong)."""
+    target = _host_port(host, port)
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise SourceMisconfigured(source, target, f"port must be 0 to 65535, got {port!r}")
+    return target
 
 
 def _host_port(host: str, port: int) -> str:

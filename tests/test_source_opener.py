@@ -67,6 +67,16 @@ def test_listening_on_a_taken_port_says_where(endpoint: broker.Endpoint) -> None
     assert caught.value.reason.startswith("cannot listen: ")
 
 
+@pytest.mark.parametrize("call", ["listen", "peer"])
+@pytest.mark.parametrize("port", [70000, -1])
+def test_a_port_that_is_not_one_is_a_wrong_setting(
+    endpoint: broker.Endpoint, call: str, port: int
+) -> None:
+    with pytest.raises(SourceMisconfigured) as caught:
+        getattr(_opener(endpoint), call)("127.0.0.1", port)
+    assert f"127.0.0.1:{port}: port must be 0 to 65535" in str(caught.value)
+
+
 def test_a_websocket_url_that_is_not_one_is_misconfigured(endpoint: broker.Endpoint) -> None:
     with pytest.raises(SourceMisconfigured) as caught:
         _opener(endpoint).websocket("http://user:secret@127.0.0.1:1/v1/messages/json", ["t/"])
