@@ -169,7 +169,7 @@ def test_the_guard_holds_below_its_floor_and_lets_go_above(tmp_path: Path) -> No
         wait_for(lambda: service.state()["paused"], 10, "paused")
         held = spool.end_offset()
         push.sndhwm = 100
-        blocked_at = send_all(push, 100000, 5)  # until the sender's queue is full
+        blocked_at = send_all(push, 100000, 1.5)  # until the sender's queue is full
         assert blocked_at < 100000  # the backlog is upstream: the sender could not send
         time.sleep(0.5)
         assert spool.end_offset() == held

@@ -57,6 +57,8 @@ def test_read_and_write_a_store(spark: Any, hub: broker.Endpoint) -> None:
     assert master.get(2) == (3,)
 
 
+@pytest.mark.slow  # 5 s of a streaming query: make test-slow, and every PySpark (versions)
+@pytest.mark.versions
 def test_stream_a_store_s_changes(spark: Any, hub: broker.Endpoint) -> None:
     master = hub.attach_master("inventory")
     master.put("before", 1)
