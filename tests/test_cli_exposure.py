@@ -158,6 +158,7 @@ def test_the_node_command_refuses_then_starts_with_a_warning(spawn) -> None:
     assert node.signal(signal.SIGINT) == 0
 
 
+@pytest.mark.slow  # 3 s of a command's run: make test-slow (make test stays under 5 minutes)
 def test_the_logs_command_follows_the_same_rule() -> None:
     refused = run_command("logs", "--listen", "0.0.0.0:0", "--timeout", "1")
     assert refused.returncode == 2

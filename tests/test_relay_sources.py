@@ -137,6 +137,7 @@ def _raw_tcp(address: str, payload: bytes) -> socket.socket:
     return s
 
 
+@pytest.mark.slow  # 3 s of hostile senders: make test-slow (make test stays under 5 minutes)
 def test_hostile_zeromq_senders_cost_only_themselves(spawn, tmp_path) -> None:
     """Wrong frame counts, other serializers, empty and 20 MB frames, random, truncated and
     altered batches, bytes that are not ZeroMQ at all, idle connections: each is counted and

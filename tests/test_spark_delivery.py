@@ -110,6 +110,7 @@ def _batch(start: int, n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"n": list(range(start, start + n))})
 
 
+@pytest.mark.slow  # 3.5 s of a slow peer: make test-slow (make test stays under 5 minutes)
 def test_write_returns_only_after_a_slow_peer_took_everything(
     hub: broker.Endpoint, proxy_to
 ) -> None:

@@ -49,6 +49,7 @@ def _fails_at_start(df: Any, message: str) -> None:
         query.awaitTermination(60)
 
 
+@pytest.mark.slow  # 4 s of a query failing at start: make test-slow (make test stays under 5 minutes)
 def test_unreachable_peer_fails_the_query_at_start(spark: Any) -> None:
     port = free_port()
     df = _stream(spark, topics="a", peer=f"127.0.0.1:{port}", **{"ssl.disable": "true"})

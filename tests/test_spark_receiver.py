@@ -212,6 +212,7 @@ def test_one_spool_has_one_owner(hub: broker.Endpoint, spool: str) -> None:
         reader.stop()
 
 
+@pytest.mark.slow  # 2.6 s of an idle timeout: make test-slow (make test stays under 5 minutes)
 def test_the_receiver_stops_after_its_idle_timeout(hub: broker.Endpoint, spool: str) -> None:
     reader = _reader(hub, spool, **{"receiver.idleTimeout": "500ms"})
     reader.initialOffset()

@@ -421,7 +421,10 @@ def test_spark_writers_take_every_recorded_log_as_the_parquet_path(spark, db, tm
                 assert _every_row(spark, prefix + path) == expected, (prefix, path)
 
 
-@pytest.mark.parametrize("table_format", [None, "orc"])
+@pytest.mark.parametrize(
+    "table_format",
+    [None, pytest.param("orc", marks=pytest.mark.slow)],  # orc: 3.5 s, make test-slow
+)
 def test_a_table_is_fresh_in_the_session_that_reads_it(spark, db, tmp_path, table_format) -> None:  # noqa: F811
     """A streaming query's batches run in a session of their own (a clone of the query's):
     after each commit, the reading session (here the test's, as a notebook's ``spark``)
