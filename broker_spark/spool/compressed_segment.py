@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from broker_spark.data.msgpack_records import record_unpacker
 from broker_spark.spool.segment import (
     DataLossError,
     SpoolCorruptError,
@@ -41,6 +40,8 @@ from broker_spark.spool.segment import (
     first_offset_is,
     fsync_dir,
     pread_exact,
+    skip_records,
+    write_all,
 )
 
 __all__ = [
@@ -78,16 +79,11 @@ def _codec(name: str) -> pa.Codec:
 
 
 def _record_end(data: bytes, count: int, where: str) -> int:
-    """The byte position after the first ``count`` records of ``data``."""
-    if count == 0:
-        return 0
-    unpacker = record_unpacker(data)
-    try:
-        for _ in range(count):
-            unpacker.skip()
-    except Exception:
-        raise SpoolCorruptError(f"{where}: fewer than {count} records in a block") from None
-    return unpacker.tell()
+    """The byte position after the first ``count`` records of a block's ``data``."""
+    end = skip_records(data, count)
+    if end is None:
+        raise SpoolCorruptError(f"{where}: fewer than {count} records in a block")
+    return end
 
 
 def write_compressed(
@@ -120,7 +116,7 @@ def write_compressed(
     done = False
     try:
         header = _HEADER.pack(_MAGIC, _VERSION, _CODEC_IDS[compression], 0, base, end, last_ns or 0)
-        _write_all(out, header)
+        write_all(out, header)
         for first, count, lo, hi in cuts:
             if stopping():
                 return None
@@ -128,7 +124,7 @@ def write_compressed(
             if not first_offset_is(raw, first):
                 raise SpoolCorruptError(f"{source_path} has no record {first} at byte {lo}")
             packed = codec.compress(raw, asbytes=True)
-            _write_all(out, _BLOCK.pack(count, len(raw), len(packed)) + packed)
+            write_all(out, _BLOCK.pack(count, len(raw), len(packed)) + packed)
         if fsync:
             os.fsync(out)
         done = True
@@ -157,12 +153,6 @@ def _block_cuts(
         cuts.append((offsets[k], last_offset - offsets[k], positions[k], last_pos))
         k = j
     return cuts
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 class CompressedSegment:
@@ -294,10 +284,10 @@ class CompressedSegment:
         return self.last_ns
 
     def close(self) -> None:
-        self._cached = None
+        self.forget()  # nothing else is held open: reads open the file per call
 
     def delete(self) -> None:
-        self._cached = None
+        self.forget()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 

@@ -42,6 +42,8 @@ __all__ = [
     "first_offset_is",
     "fsync_dir",
     "pread_exact",
+    "skip_records",
+    "write_all",
 ]
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -102,6 +104,18 @@ def pread_exact(fd: int, size: int, pos: int) -> bytes:
             )
         data += more
     return data
+
+
+def skip_records(data: bytes, count: int) -> int | None:
+    """The byte position after the first ``count`` records of ``data`` (walked with
+    msgpack's ``skip``, in C); None when ``data`` holds fewer."""
+    unpacker = record_unpacker(data)
+    try:
+        for _ in range(count):
+            unpacker.skip()
+    except Exception:
+        return None
+    return unpacker.tell()
 
 
 def _is_record(obj: Any, offset: int) -> bool:
@@ -350,8 +364,8 @@ class Segment:
         assert self.offsets is not None and self.positions is not None
         index_raw = b"".join(map(_ENTRY.pack, entries[::2], entries[1::2]))
         try:
-            _write_all(self.fd, data)
-            _write_all(self.index_fd, index_raw)
+            write_all(self.fd, data)
+            write_all(self.index_fd, index_raw)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, self.size)
@@ -413,15 +427,12 @@ class Segment:
         if base == offset:
             return pos
         limit = self.positions[k + 1] if k + 1 < len(self.positions) else self.size
-        unpacker = record_unpacker(pread_exact(fd, limit - pos, pos))
-        try:
-            for _ in range(offset - base):
-                unpacker.skip()
-        except Exception:
+        skipped = skip_records(pread_exact(fd, limit - pos, pos), offset - base)
+        if skipped is None:
             raise SpoolCorruptError(
                 f"segment {self.log_path}: no offset {offset} between bytes {pos} and {limit}"
-            ) from None
-        return pos + unpacker.tell()
+            )
+        return pos + skipped
 
     def last_received_ns(self) -> int | None:
         """When the last record arrived (read from the log once, for sealed segments)."""
