@@ -18,6 +18,8 @@ Modules, from the disk up:
   :mod:`.compactor`, the spool's thread that compresses them off the appending thread;
 * :mod:`.spool`: :class:`~.spool.Spool`, the log of segments (retention, locking,
   reads by offset range);
+* :mod:`.record_packing`: a batch packed as the record stream, in as few C calls as
+  its records allow;
 * :mod:`.private`: a reader's temporary spool, removed however the reader ends;
 * :mod:`.schema_history`: which Zeek log schemas were in force from which offset;
 * :mod:`.pump`: the thread that moves what an endpoint (or a ZeroMQ logger)
