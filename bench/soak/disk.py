@@ -16,7 +16,7 @@ import random
 import subprocess
 from pathlib import Path
 
-__all__ = ["SmallDisk", "undecodable_batches", "undecodable_kept"]
+__all__ = ["SmallDisk", "tree_size", "undecodable_batches", "undecodable_kept"]
 
 
 class SmallDisk:
@@ -108,3 +108,8 @@ def undecodable_kept(spool: Path, sent: list[list[bytes]]) -> int:
         elif frames[3] in payloads:
             found += 1
     return found
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
