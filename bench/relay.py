@@ -128,16 +128,14 @@ class _Relay:
         self.wire_bytes = 0
 
     def close(self) -> tuple[int, int, float]:
-        """Stop the relay: (records sent, bytes sent, its process's CPU seconds)."""
-        records, sent, cpu, self.wire_bytes = self._served_now()
-        return records, sent, cpu
-
-    def _served_now(self) -> tuple[int, int, float, int]:
+        """Stop the relay: (records sent, bytes sent, its process's CPU seconds); the bytes
+        its frames took on the wire are kept in ``wire_bytes``."""
         self._stop.set()
         try:
-            return self._served.get(timeout=30)
+            records, sent, cpu, self.wire_bytes = self._served.get(timeout=30)
         finally:
             self._proc.join(30)
+        return records, sent, cpu
 
 
 def _query(spark: Any, options: dict[str, str]) -> dict[str, Any]:

@@ -78,22 +78,20 @@ def fsync_rate(
     work = tempfile.mkdtemp(prefix="broker-spark-fsync-", dir=where)
     try:
         with Spool(work, fsync=policy) as spool:
-            return _append_for(spool, batch, seconds)[0]
+            return _append_for(spool, batch, seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _append_for(
-    spool: Any, batch: list[tuple[str, bytes, str]], seconds: float
-) -> tuple[float, int]:
-    """Append ``batch`` again and again for ``seconds``: batches a second, and how many."""
+def _append_for(spool: Any, batch: list[tuple[str, bytes, str]], seconds: float) -> float:
+    """Append ``batch`` again and again for ``seconds``: batches a second."""
     appended = 0
     began = time.monotonic()
     while time.monotonic() - began < seconds:
         now = time.time_ns()
         spool.append_batch([(t, p, s, now) for t, p, s in batch])
         appended += len(batch)
-    return appended / (time.monotonic() - began), appended
+    return appended / (time.monotonic() - began)
 
 
 def bytes_per_record(records: list[tuple[str, bytes, str]], logs: int, where: str) -> float:
@@ -172,10 +170,9 @@ def compressed_spool(
     work = tempfile.mkdtemp(prefix="broker-spark-compressed-", dir=where)
     try:
         with Spool(work, fsync="interval", compression=compression) as spool:
-            append_rate, appended = _append_for(spool, batch, seconds)
-            while spool.compact_next():  # what the thread had not done yet, timed
+            append_rate = _append_for(spool, batch, seconds)
+            while spool.compact_next():  # what the thread had not done yet, before reading
                 pass
-            raw = sum(len(p) for _t, p, _s in batch) * appended / len(batch)
             cpu_began = time.process_time()
             began = time.monotonic()
             at, end, read = 0, spool.end_offset(), 0
@@ -188,7 +185,6 @@ def compressed_spool(
             "append_batches_s": round(append_rate),
             "read_mb_s": round(read / 2**20 / took),
             "read_cpu_s_per_gb": round(cpu / (read / 2**30), 2),
-            "payload_gb": round(raw / 2**30, 2),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
