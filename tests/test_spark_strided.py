@@ -17,7 +17,7 @@ from broker_spark.data.binary import encode
 from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.data.types import Count
 from broker_spark.errors import DecodeError, EncodeError
-from broker_spark.spool import spool as spool_module
+from broker_spark.spool import record_packing
 from broker_spark.spool.segment import Segment
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL, Spool
 from tests.strategies import broker_values
@@ -161,7 +161,7 @@ def test_a_batch_of_one_layout_spools_the_same_bytes(
         found.append(strided_records(packed, count))
         return found[-1]
 
-    monkeypatch.setattr(spool_module, "strided_records", spy)
+    monkeypatch.setattr(record_packing, "strided_records", spy)
     batch = [("zeek/t", event(i), SENDER, NS + i) for i in range(1000)]
     with spool_at(tmp_path, 5_000_000, segment_bytes=40_000) as spool:  # rolls mid-batch
         assert spool.append_batch(batch) == 5_000_999
