@@ -5,10 +5,12 @@
 ##! site/ that somebody subscribes to (once per topic), and prints every Live::typed
 ##! event that reaches it on site/to-zeek/.
 ##!
-##! A WebSocket client's topics (site/ws-...) get theirs once the client is added, not
-##! at the ZeroMQ subscription: Zeek discards what reaches a WebSocket client before
-##! its ack (src/cluster/websocket/WebSocket.cc), and the subscription is seen before
-##! the ack is sent.
+##! A WebSocket client's topics (site/ws-...) get theirs once both have happened: the
+##! client is added (Zeek discards what reaches a WebSocket client before its ack,
+##! src/cluster/websocket/WebSocket.cc) and the manager's own XPUB has seen the
+##! subscription (publisher-side filtering drops what is published before). The two
+##! come in either order: the client's ack waits for the subscription to come back to
+##! the client's own backend, not to the manager's, which the proxy tells separately.
 
 # The backend, the proxy's endpoints and the CURVE keys, as zeekctl writes them (generated).
 @load zeekctl-config
@@ -56,17 +58,33 @@ function publish_once(topic: string)
 	publish_typed(topic + "typed");
 	}
 
+# WebSocket clients' topics seen by the manager's XPUB, and added with their client.
+global ws_subscribed: set[string];
+global ws_added: set[string];
+
 event Cluster::Backend::ZeroMQ::subscription(topic: string)
 	{
 	if ( ! starts_with(topic, "site/ws-") )
 		publish_once(topic);
+	else
+		{
+		add ws_subscribed[topic];
+		if ( topic in ws_added )
+			publish_once(topic);
+		}
 	}
 
 event Cluster::websocket_client_added(endpoint: Cluster::EndpointInfo, subscriptions: string_vec)
 	{
 	for ( i in subscriptions )
-		if ( starts_with(subscriptions[i], "site/ws-") )
-			publish_once(subscriptions[i]);
+		{
+		local topic = subscriptions[i];
+		if ( ! starts_with(topic, "site/ws-") )
+			next;
+		add ws_added[topic];
+		if ( topic in ws_subscribed )
+			publish_once(topic);
+		}
 	}
 
 @endif
