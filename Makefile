@@ -23,16 +23,17 @@ test: $(STAMP)
 # Tests that start Spark drivers, kernels or relay nodes of their own, or run long (a driver
 # killed and restarted, a relay killed under a query, the notebooks, the demo's short run,
 # the tables of every recorded log): too slow for the 5-minute suite,
-# so a step of their own; CI runs it after `make test`.
+# so a step of their own; CI runs it after `make test`. The long steps print their ten
+# slowest tests (--durations), so a CI log says where a step's time goes.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m "slow or notebooks"
+	$(BIN)/python -m pytest --durations=10 -m "slow or notebooks"
 
 # A real Zeek (9.1: shared/zeek beside the checkout, or $$BROKER_SPARK_ZEEK) against broker-spark
 # on loopback, Zeek's own output the oracle: a ZeroMQ cluster logging into relay nodes and
 # tables, zeekctl's layout, events both ways (proxy, relay, WebSocket API), the Broker backend
 # (tests/live/). Fails, never skips, without a Zeek; CI runs it after `make test-slow`.
 test-live: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -m live tests/live
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 -m live tests/live
 
 # The connector beyond one process, each in a pytest process of its own (a classic driver
 # and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two
@@ -69,7 +70,7 @@ docs: $(STAMP)
 # The runnable blocks of the tutorial and the how-to guides, run as written on loopback
 # (tests/doc_blocks.py); blocks that need a real Zeek are make test-live's. CI runs it.
 test-docs: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -m docs tests/test_doc_blocks.py
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 -m docs tests/test_doc_blocks.py
 
 demo: $(STAMP)
 	$(BIN)/broker-spark demo
