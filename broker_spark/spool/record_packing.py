@@ -53,10 +53,7 @@ def chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], 
     types allow, else by ``pack_records``, which names a bad record.
     """
     try:
-        rows = [
-            (topic, payload, sender, received_at, offset)
-            for offset, (topic, payload, sender, received_at) in zip(itertools.count(first), batch)
-        ]
+        rows = _numbered(batch, first)
     except (TypeError, ValueError):
         return lambda i, take: _pack_chunk(batch, i, take, first + i)  # raises EncodeError
     if _one_length(batch):
@@ -70,6 +67,15 @@ def chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], 
             return lambda i, take: view[i * stride : (i + take) * stride]
     plain = _plain_records(batch)
     return lambda i, take: _pack_rows(rows[i : i + take], plain)
+
+
+def _numbered(records: Sequence[Sequence[Any]], first: int) -> list[tuple[Any, ...]]:
+    """``(topic, payload, sender, received_at, offset)`` rows, offsets from ``first``; raises
+    TypeError or ValueError on a record that is not a 4-sequence."""
+    return [
+        (topic, payload, sender, received_at, offset)
+        for offset, (topic, payload, sender, received_at) in zip(itertools.count(first), records)
+    ]
 
 
 def _one_length(batch: Sequence[Sequence[Any]]) -> bool:
@@ -89,12 +95,7 @@ def _array_header_size(n: int) -> int:
 def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -> bytes:
     """Records ``batch[i:i+take]`` as a record stream with offsets from ``first``."""
     try:
-        rows = [
-            (topic, payload, sender, received_at, offset)
-            for offset, (topic, payload, sender, received_at) in zip(
-                itertools.count(first), batch[i : i + take]
-            )
-        ]
+        rows = _numbered(batch[i : i + take], first)
     except (TypeError, ValueError):
         raise EncodeError(
             f"records {i} to {i + take - 1} of the batch are not all "
