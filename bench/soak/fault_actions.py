@@ -43,11 +43,9 @@ class FaultActions:
         """A planned restart of relay B (SIGTERM, as systemctl restart): nothing it read may
         be lost, so no window is opened: a record missing around it fails the run."""
         fault = Fault("planned-restart", "B", time.time())
-        at = self.relay_b.log.stat().st_size
+        at = self.relay_b.log_end()
         code = self.relay_b.stop(60)
-        with self.relay_b.log.open("rb") as f:
-            f.seek(at)
-            said = f.read().decode(errors="replace")
+        said = self.relay_b.said_since(at)
         time.sleep(self.rng.uniform(0.5, 3.0))
         self.relay_b.start()
         fault.restarted = time.time()
@@ -63,16 +61,14 @@ class FaultActions:
         window is opened: nothing may be lost."""
         assert self.small_disk is not None
         fault = Fault("full-disk", "B", time.time())
-        at = self.relay_b.log.stat().st_size
+        at = self.relay_b.log_end()
         self.small_disk.fill(leave=1 << 20)  # the floor: 5% of 64 MiB, 3.2 MiB
         paused = self._relay_b_paused(True, 30)
         time.sleep(self.rng.uniform(5, 10))
         self.small_disk.free()
         resumed = self._relay_b_paused(False, 60)
         fault.restarted = time.time()
-        with self.relay_b.log.open("rb") as f:
-            f.seek(at)
-            said = f.read().decode(errors="replace")
+        said = self.relay_b.said_since(at)
         fault.detail = {
             "paused": paused,
             "resumed": resumed,
@@ -121,7 +117,7 @@ class FaultActions:
         """SIGKILL the receiver of the second query's spoolPath (only it: the driver goes on);
         the query finds it gone at its next trigger and starts another from the spool."""
         fault = Fault("kill-receiver", RECEIVER_SOURCE, time.time())
-        log_at = self.query.log.stat().st_size
+        log_at = self.query.log_end()
         pid = self.receiver.pid()
         if pid is None or pid != self.receiver_pid:
             raise RuntimeError(f"the receiver is not the one started ({pid}, {self.receiver_pid})")
@@ -129,9 +125,7 @@ class FaultActions:
         while alive(pid):
             time.sleep(0.05)
         after = self.receiver.await_new(pid, RECEIVER_RESTART_TIMEOUT)
-        with self.query.log.open("rb") as f:  # the reader's warning when it starts another
-            f.seek(log_at)
-            said = f.read().decode(errors="replace")
+        said = self.query.said_since(log_at)  # the reader's warning when it starts another
         fault.detail = {
             "pid_before": pid,
             "pid_after": after,

@@ -139,10 +139,20 @@ class Component:
     starts: int = 0
     kills: int = 0
 
+    def log_end(self) -> int:
+        """Where its log ends now: a mark for :meth:`said_since`."""
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def said_since(self, mark: int) -> str:
+        """What it wrote to its log after ``mark`` (a :meth:`log_end`)."""
+        with self.log.open("rb") as f:
+            f.seek(mark)
+            return f.read().decode(errors="replace")
+
     def start(self, timeout: float = 120.0) -> float:
         """Start and wait for the ready line; the seconds it took."""
         began = time.monotonic()
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        offset = self.log_end()
         out = self.log.open("ab")
         try:
             self.proc = subprocess.Popen(
@@ -158,10 +168,8 @@ class Component:
         self.starts += 1
         pattern = re.compile(self.ready, re.M)
         while time.monotonic() - began < timeout:
-            with self.log.open("rb") as f:
-                f.seek(offset)
-                if pattern.search(f.read().decode(errors="replace")):
-                    return time.monotonic() - began
+            if pattern.search(self.said_since(offset)):
+                return time.monotonic() - began
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): see {self.log}")
             time.sleep(0.1)
