@@ -299,6 +299,13 @@ def test_a_relay_node_compresses_by_default_and_serves_every_batch(spawn, tmp_pa
             lambda: (s := status(said["relay"]))["bytes"] < 4 * 256 * 1024 and s, 30, "compressed"
         )
         assert st["compression"] == "zstd"
+        # A stop leaves a file the thread has not reached as written: wait until it has
+        # reached every file filled, so what the stop leaves does not depend on its pace.
+        wait_for(
+            lambda: sum(p.suffix == ".log" for p in (tmp_path / "spool").iterdir()) == 1,
+            60,
+            "every filled file compressed",
+        )
     finally:
         push.close(0)
         ctx.term()

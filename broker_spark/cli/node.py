@@ -179,8 +179,8 @@ def register(sub: Any) -> None:
         "--spool-retention",
         type=_size_or_none,
         metavar="SIZE",
-        help="drop the oldest records beyond this size too (default none: by age, with "
-        "--spool-min-free)",
+        help="drop the oldest records while the spool's files take more than this on disk, "
+        "compressed ones at their compressed size (default none: by age, with --spool-min-free)",
     )
     spool.add_argument(
         "--spool-segment",

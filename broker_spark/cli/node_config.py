@@ -47,7 +47,8 @@ keys the reader below takes (``make reference``, tests/test_reference.py)::
     topics = ["zeek/logs/"]       # what it keeps (topic prefixes)
     relay = "127.0.0.1:9998"      # where readers connect (TLS as [tls]); false: nobody
     retention_seconds = 86400     # drop records beyond this age (default: a day)
-    retention_bytes = 0           # or beyond this size (0, the default: no size limit)
+    retention_bytes = 0           # or beyond this size on disk, compressed files at their
+                                  # compressed size (0, the default: no size limit)
     min_free_bytes = 1073741824   # take nothing while the disk has less free (default
                                   # 1 GiB, or 5% of the file system if less; 0: off)
     fsync = "interval"            # when appends reach the disk: never, interval (each
