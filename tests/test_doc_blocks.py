@@ -18,7 +18,11 @@ from doc_blocks import MARKED, ROOT, Block, Session, blocks, runnable
 #: The tests that read marked snippets by name: the live ones, and the pipeline's (make test-slow).
 LIVE_SOURCES = "\n".join(
     p.read_text(encoding="utf-8")
-    for p in (*(ROOT / "tests/live").glob("*.py"), ROOT / "tests/test_spark_pipelines.py")
+    for p in (
+        *(ROOT / "tests/live").glob("*.py"),
+        ROOT / "tests/test_spark_pipelines.py",
+        ROOT / "tests/test_relay_service.py",
+    )
 )
 
 
