@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"
 
-#: The pages written by hand, and the README.
-PAGES = sorted([p for p in DOCS.rglob("*.md") if REFERENCE not in p.parents] + [ROOT / "README.md"])
+#: The pages written by hand, the README and the changelog.
+PAGES = sorted(
+    [p for p in DOCS.rglob("*.md") if REFERENCE not in p.parents]
+    + [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+)
 #: What an operator installs or runs: configuration, units, images, compose.
 SHIPPED = sorted(
     [p for p in (ROOT / "conf").rglob("*") if p.is_file()]
