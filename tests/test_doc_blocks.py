@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 from doc_blocks import MARKED, ROOT, Block, Session, blocks, runnable
 
-#: The tests that read marked snippets by name: the live ones, and the pipeline's (make test-slow).
+#: The tests that read marked snippets by name: the live ones, the pipeline's (make test-slow), the service's.
 LIVE_SOURCES = "\n".join(
     p.read_text(encoding="utf-8")
-    for p in (*(ROOT / "tests/live").glob("*.py"), ROOT / "tests/test_spark_pipelines.py")
+    for p in (
+        *(ROOT / "tests/live").glob("*.py"),
+        ROOT / "tests/test_spark_pipelines.py",
+        ROOT / "tests/test_relay_service.py",
+    )
 )
 
 

@@ -43,8 +43,8 @@ def write_pipeline(folder: Path, port: int) -> None:
         snippet("how-to/pipelines.md", "pipeline-source"),
         {
             "relay1.example.net:9998,relay2.example.net:9998": f"127.0.0.1:{port}",
-            '"ssl.certificate": "/local_disk0/broker-tls/cert.pem",': '"ssl.disable": "true",',
-            '        "ssl.key": "/local_disk0/broker-tls/key.pem",\n': "",
+            '"ssl.certificate": "/local_disk0/broker-tls/reader.pem",': '"ssl.disable": "true",',
+            '        "ssl.key": "/local_disk0/broker-tls/reader.key",\n': "",
             '        "ssl.cafile": "/local_disk0/broker-tls/ca.pem",\n': "",
         },
     )

@@ -389,7 +389,9 @@ def metrics_page() -> str:
     rows = []
     for family in StatusCollector(lambda: STATUS_EXAMPLE).collect():
         name = family.name + ("_total" if family.type == "counter" else "")
-        labels = sorted({k for s in family.samples for k in s.labels})
+        # the labels it declares: a family with no sample in the example has them too
+        declared = getattr(family, "_labelnames", ())
+        labels = sorted({*declared, *(k for s in family.samples for k in s.labels)})
         rows.append(
             [f"`{name}`", family.type, ", ".join(f"`{x}`" for x in labels), family.documentation]
         )
@@ -406,8 +408,9 @@ def metrics_page() -> str:
         "- `broker_spark_spool_paused` 1: the disk has less than `--spool-min-free` free; "
         "the node takes nothing (Zeek keeps what it sends, up to its high-water mark) until "
         "space returns. `broker_spark_spool_failed` 1: appending stopped for good.",
-        "- `broker_spark_source_refused_total` rising: undecodable batches, refused "
-        "connections, malformed proxy messages (by `reason`).",
+        "- `broker_spark_source_refused_total` rising: refused connections (a wrong CURVE "
+        "key), malformed proxy messages (by `reason`); undecodable batches are kept and "
+        "counted in `broker_spark_source_undecodable_total`.",
         "- `broker_spark_listener_refused_total` rising: clients turned away "
         "(`too-many`, `unauthorized`, `timeout`, `protocol`, `forbidden`).",
         "- `broker_spark_source_messages_total` flat while Zeek runs: nothing arrives "
@@ -419,7 +422,8 @@ def metrics_page() -> str:
     text format, read at each scrape from the same status `broker-spark status --relay`
     shows ([status output](status.md)); nothing is sampled in between. With
     `--metrics-token` a scrape must send `Authorization: Bearer TOKEN` (Prometheus'
-    `authorization: {credentials_file: ...}`); others get 401. Counters end in `_total`.
+    `authorization: {credentials_file: ...}`); others get 401. With `--metrics-tls` (or
+    `--metrics-cert`/`--metrics-key`) it is served over HTTPS only. Counters end in `_total`.
     """
     return page("Metrics reference", intro, body)
 

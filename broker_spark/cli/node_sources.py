@@ -59,7 +59,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group(
         "Zeek's ZeroMQ backend and WebSocket API",
         "Take logs as one of a Zeek cluster's loggers, events through its proxy or its "
-        "WebSocket API; with --spool they are kept for Spark readers (docs/deploy.md).",
+        "WebSocket API; with --spool they are kept for Spark readers (docs/how-to/zeek-cluster-zeromq.md).",
     )
     group.add_argument(
         "--zeromq-logs",

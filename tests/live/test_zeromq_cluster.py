@@ -47,8 +47,8 @@ def tables_query(spark: Any, site: Site, db: str) -> Any:
             "logger1.example.net:9998,logger2.example.net:9998": ",".join(
                 r.relay for r in site.relays
             ),
-            "/local_disk0/broker-tls/cert.pem": str(certs / "reader.pem"),
-            "/local_disk0/broker-tls/key.pem": str(certs / "reader.key"),
+            "/local_disk0/broker-tls/reader.pem": str(certs / "reader.pem"),
+            "/local_disk0/broker-tls/reader.key": str(certs / "reader.key"),
             "/local_disk0/broker-tls/ca.pem": str(certs / "ca.pem"),
             "/Volumes/main/zeek/state/checkpoints/tables": str(site.folder / "checkpoint"),
             '"main.zeek.{path}"': f'"{db}.{{path}}"',
