@@ -29,6 +29,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,7 @@ pytestmark = [
 GUIDE = "how-to/zeek-cluster-zeromq.md"
 SERVICE_NAME = "broker-spark"  # the unit's User= and Group=, and the guide's
 _NAME = re.compile(rf"(?<![\w/.-]){SERVICE_NAME}(?![\w/.-])")
+ANY = "@any-address@"  # 0.0.0.0 kept through Loopback, which moves it to loopback
 OPT = "/opt/broker-spark/"  # the unit's venv (the guide: python3 -m venv, pip install)
 
 
@@ -84,9 +86,8 @@ def _environment_file(path: Path) -> dict[str, str]:
 @pytest.fixture
 def scratch() -> Iterator[tuple[Path, str]]:
     """A scratch root other users may traverse, and a user name nobody has; both gone after."""
-    root = Path(
-        tempfile.mkdtemp(prefix="broker-spark-service-", dir="/tmp")
-    )  # not under TMPDIR (0700)
+    # in /tmp, not under the tests' TMPDIR (0700): the service's user must traverse it
+    root = Path(tempfile.mkdtemp(prefix="broker-spark-service-", dir="/tmp"))
     root.chmod(0o755)
     user = f"bsrelay{secrets.token_hex(4)}"
     try:
@@ -143,23 +144,28 @@ def _runs_as(uid: int, argv: list[str]) -> bool:
     return done.returncode == 0
 
 
-def _started(root: Path, user: str, loopback: Loopback) -> tuple[subprocess.Popen, Path]:
+def _started(root: Path, user: str, loopback: Loopback, shipped: str) -> subprocess.Popen:
     service = _service()
     assert service["User"] == service["Group"] == [SERVICE_NAME]
     etc = root / "etc" / SERVICE_NAME
     config = etc / "relay.toml"
-    config.write_text(loopback.apply(config.read_text()))  # ports and paths; owner, mode kept
+    # free ports and the scratch paths; 0.0.0.0 stays, so the node's own check that a listener
+    # other hosts reach authenticates its clients (mutual TLS, CURVE) runs. Owner, mode kept.
+    config.write_text(loopback.apply(shipped.replace("0.0.0.0", ANY)).replace(ANY, "0.0.0.0"))
     account = pwd.getpwnam(user)
-    _service_venv(root / OPT.strip("/"), account.pw_uid)
+    if not (root / OPT.strip("/")).exists():
+        _service_venv(root / OPT.strip("/"), account.pw_uid)
     state = Path(loopback.apply("/var/lib/" + service["StateDirectory"][0]))
     state.parent.mkdir(parents=True, exist_ok=True)  # what StateDirectory= makes, as User=
-    state.mkdir(mode=int(service["StateDirectoryMode"][0], 8))
+    state.mkdir(mode=int(service["StateDirectoryMode"][0], 8), exist_ok=True)
     os.chown(state, account.pw_uid, account.pw_gid)
     env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
     for setting in service["Environment"]:
         env.update(dict([setting.split("=", 1)]))
-    for name in service["EnvironmentFile"]:
-        env.update(_environment_file(Path(loopback.apply(name.lstrip("-")))))
+    for name in service["EnvironmentFile"]:  # "-": systemd goes on without the file
+        path = Path(loopback.apply(name.lstrip("-")))
+        if path.exists() or not name.startswith("-"):
+            env.update(_environment_file(path))
 
     def command(key: str) -> list[str]:
         return shlex.split(loopback.apply(service[key][0]).replace(OPT, f"{root}{OPT}"))
@@ -180,7 +186,28 @@ def _started(root: Path, user: str, loopback: Loopback) -> tuple[subprocess.Pope
         command("ExecStart"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         **as_user,
     )  # fmt: skip
-    return node, etc
+    return node
+
+
+class PortTaken(AssertionError):
+    """A free port another process took before the node bound it."""
+
+
+def _ready(node: subprocess.Popen) -> list[str]:
+    """The node's output until its ``ready`` line, then the rest read on a thread (a full
+    pipe would stop it); the list fills until the node exits."""
+    said: list[str] = []
+    assert node.stdout is not None
+    for line in node.stdout:
+        said.append(line)
+        if line.strip() == "ready":
+            break
+    else:
+        node.wait()
+        kind = PortTaken if "address already in use" in "".join(said).lower() else AssertionError
+        raise kind("the node ended before it was ready:\n" + "".join(said))
+    threading.Thread(target=lambda: said.extend(node.stdout or ()), daemon=True).start()
+    return said
 
 
 def _push(endpoint: str, keys: CurveKeys) -> int:
@@ -214,7 +241,16 @@ def test_the_unit_runs_the_guides_files_and_serves_only_the_readers_key(scratch)
         assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (
             0, pwd.getpwnam(user).pw_gid, 0o640,
         ), name  # fmt: skip
-    node, etc = _started(root, user, loopback)
+    shipped = (etc / "relay.toml").read_text()
+    for attempt in range(5):  # free ports are free when chosen, not always when bound
+        loopback.ports.clear()
+        node = _started(root, user, loopback, shipped)
+        try:
+            said = _ready(node)
+            break
+        except PortTaken:
+            if attempt == 4:
+                raise
     try:
         env = _environment_file(etc / "relay.env")
         keys = CurveKeys.from_env(env)
@@ -245,6 +281,10 @@ def test_the_unit_runs_the_guides_files_and_serves_only_the_readers_key(scratch)
         assert node.poll() is None
     finally:
         node.send_signal(signal.SIGTERM)
-        out, _ = node.communicate(timeout=60)
-    assert node.returncode == 0, out
+        try:
+            node.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait()
+    assert node.returncode == 0, "".join(said)
     assert pwd.getpwnam(user).pw_dir == str(root / "var/lib" / SERVICE_NAME)
