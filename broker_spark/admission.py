@@ -93,6 +93,12 @@ class Admission:
     def per_address(self) -> int:
         return self._slots.per_address
 
+    @per_address.setter
+    def per_address(self, value: int) -> None:
+        """Tests shrink it too (the same code path, sooner)."""
+        with self._lock:
+            self._slots.per_address = value
+
     @property
     def connections(self) -> int:
         """Connections admitted and not yet ended."""

@@ -292,7 +292,7 @@ class RelayServer:
         try:
             await writer.start_tls(tls, ssl_handshake_timeout=HELLO_TIMEOUT)
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
-            log.info("spool reader %s: TLS handshake failed (%s)", peer, exc)
+            log.debug("spool reader %s: TLS handshake failed (%s)", peer, exc)
             admission.refuse("tls")
             writer.transport.abort()
             return False

@@ -182,6 +182,9 @@ class WebSocketServer:
             max_size=self.max_size,
             close_timeout=self.close_timeout,
             process_request=self._check_request,
+            # A client in its TLS handshake holds no slot yet (asyncio makes the connection
+            # only once it is done): it gets as long as a client has for its subscriptions.
+            ssl_handshake_timeout=SUBSCRIPTIONS_TIMEOUT if self.ssl_context else None,
             create_connection=make_connection,  # type: ignore[arg-type]
         )
         self.port = self._server.sockets[0].getsockname()[1]
