@@ -77,6 +77,7 @@ class Admission:
         self.address = address
         self._lock = threading.Lock()
         self._slots = AddressSlots(limit, per_address, unidentified)
+        self.said = False
 
     @property
     def limit(self) -> int:
@@ -111,6 +112,9 @@ class Admission:
             if reason is None:
                 return True
             loud = self._slots.should_log(address, time.monotonic())
+            #: whether the last refusal was logged (a listener that also reports refusals
+            #: elsewhere, as statuses, says them as seldom)
+            self.said = loud
         if loud:
             log.warning(
                 "%s %s: connection refused (%s; %s); said once a minute per address",

@@ -202,13 +202,17 @@ def _refused(admission: Admission, reason: str) -> int:
     return int(admission.snapshot()["refused"].get(reason, 0))
 
 
-def test_a_crowd_from_one_address_holds_its_cap_and_others_are_served(target: Target) -> None:
+def test_a_crowd_from_one_address_holds_its_cap_and_others_are_served(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
     target.admission.limit = 3 * CAP  # without the cap, the crowd would take every slot
     crowd = Crowd(target.port).open(5 * CAP)
     try:
         if target.counts_tls:
             assert wait_for(lambda: _refused(target.admission, PER_ADDRESS) >= 4 * CAP, 10)
             assert target.admission.snapshot()["unidentified"] <= CAP
+            said = [r for r in caplog.records if "127.0.0.2: connection refused" in r.message]
+            assert len(said) == 1  # 16 refusals, one line (a minute has not passed)
         target.serve()  # from 127.0.0.1, while 127.0.0.2 holds all it could open
         target.serve()
         assert target.admission.snapshot()["connections"] <= CAP + 2 + 1  # (a closing one)

@@ -120,11 +120,13 @@ class Listener:
             if slot is None:
                 sock.close()
                 self.refused += 1
-                self._report(
-                    EC.PeerUnavailable,
-                    f"{network!r}: refused: inbound connections held already "
-                    "(from this address, before their handshake, or in all)",
-                )
+                if self.admission.said:  # once per address and minute, as the log
+                    self._report(
+                        EC.PeerUnavailable,
+                        f"{network!r}: refused: inbound connections held already "
+                        "(from this address, before their handshake, or in all; said once "
+                        "a minute per address, counted in full by the listener)",
+                    )
                 continue
             if not self.tls:
                 self._accepted(sock, network, False, slot)
