@@ -98,14 +98,11 @@ class Crowd:
 @dataclass
 class Target:
     """A listener under test: its port, its slots, and a reader (from 127.0.0.1) that
-    connects, says who it is and is served; ``counts_tls`` says whether connections in
-    their TLS handshake hold a slot there (not the WebSocket server's: asyncio makes the
-    connection only once TLS is done)."""
+    connects, says who it is and is served."""
 
     port: int
     admission: Admission
     serve: Callable[[], Any]
-    counts_tls: bool = True
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +176,7 @@ def _websocket(tmp_path: Path, certs: Path, tls: bool) -> Iterator[Target]:
             return ws
 
         try:
-            yield Target(port, admission, serve, counts_tls=not tls)
+            yield Target(port, admission, serve)
         finally:
             for ws in opened:
                 ws.close()
@@ -208,11 +205,10 @@ def test_a_crowd_from_one_address_holds_its_cap_and_others_are_served(
     target.admission.limit = 3 * CAP  # without the cap, the crowd would take every slot
     crowd = Crowd(target.port).open(5 * CAP)
     try:
-        if target.counts_tls:
-            assert wait_for(lambda: _refused(target.admission, PER_ADDRESS) >= 4 * CAP, 10)
-            assert target.admission.snapshot()["unidentified"] <= CAP
-            said = [r for r in caplog.records if "127.0.0.2: connection refused" in r.message]
-            assert len(said) == 1  # 16 refusals, one line (a minute has not passed)
+        assert wait_for(lambda: _refused(target.admission, PER_ADDRESS) >= 4 * CAP, 10)
+        assert target.admission.snapshot()["unidentified"] <= CAP
+        said = [r for r in caplog.records if "127.0.0.2: connection refused" in r.message]
+        assert len(said) == 1  # 16 refusals, one line (a minute has not passed)
         target.serve()  # from 127.0.0.1, while 127.0.0.2 holds all it could open
         target.serve()
         assert target.admission.snapshot()["connections"] <= CAP + 2 + 1  # (a closing one)
@@ -227,8 +223,7 @@ def test_a_crowd_renewed_faster_than_any_timeout_changes_nothing(target: Target)
         assert wait_for(lambda: crowd.opened > 10 * CAP, 10)
         for _ in range(3):
             target.serve()
-        if target.counts_tls:
-            assert _refused(target.admission, PER_ADDRESS) > 0
+        assert _refused(target.admission, PER_ADDRESS) > 0
     finally:
         crowd.close()
     assert crowd.opened > 10 * CAP  # it was renewed many times over while readers were served
@@ -241,9 +236,8 @@ def test_strangers_from_many_addresses_hold_a_share_and_a_reader_keeps_its_place
     reader = target.serve()  # identified before the crowd came
     crowds = [Crowd(target.port, f"127.0.0.{i}").open(CAP) for i in range(2, 7)]
     try:
-        if target.counts_tls:
-            assert wait_for(lambda: _refused(target.admission, UNIDENTIFIED) >= CAP, 10)
-            assert target.admission.snapshot()["unidentified"] == 2 * CAP
+        assert wait_for(lambda: _refused(target.admission, UNIDENTIFIED) >= CAP, 10)
+        assert target.admission.snapshot()["unidentified"] == 2 * CAP
         assert target.admission.connections >= 1
         _still_served(reader)
     finally:

@@ -86,18 +86,29 @@ REFUSED_GRACE = 1.0
 class _TrackedConnection(ServerConnection):
     """A server connection that registers itself from TCP accept to TCP close, and holds
     its place in the server's slots (``admission``, by its address) from then until its
-    close: unidentified until it sent its subscriptions (:meth:`identified`)."""
+    close: unidentified until it sent its subscriptions (:meth:`identified`).
+
+    With ``tls`` the server listens in plain TCP and the connection starts TLS itself once
+    it holds a slot, so one in its TLS handshake is counted too (asyncio's own TLS would
+    make the connection only once the handshake is done)."""
 
     def __init__(
         self,
         *args: Any,
         registry: set[ServerConnection],
         admission: Admission,
+        tls: ssl.SSLContext | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._registry = registry
         self._admission = admission
+        self._tls = tls
+        self._made = False  # the WebSocket connection made (after TLS, if any)
+        #: what TLS delivered before the connection was made (the request may come with
+        #: the client's last handshake flight), given to it once made
+        self._early: list[bytes] = []
+        self._early_eof = False
         self._address: str | None = None  # set while it holds a slot
         self._identified = False
         #: turned away at its accept: its request is answered 503 (``_check_request``)
@@ -105,14 +116,65 @@ class _TrackedConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._registry.add(self)
-        super().connection_made(transport)
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        if self._admission.enter(address):  # counted, and logged once a minute per address
+        admitted = self._admission.enter(address)  # counted, logged once a minute per address
+        if admitted:
             self._address = address
+        if self._tls is None:
+            self._made = True
+            super().connection_made(transport)
+            if not admitted:
+                self.refused = True
+                loop = asyncio.get_running_loop()
+                loop.call_later(REFUSED_GRACE, transport.abort)  # type: ignore[attr-defined]
             return
-        self.refused = True
-        asyncio.get_running_loop().call_later(REFUSED_GRACE, transport.abort)  # type: ignore[attr-defined]
+        self.transport = transport  # type: ignore[assignment]  # until TLS replaces it
+        if not admitted:  # a TLS client could not read a plain 503
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        transport.pause_reading()  # type: ignore[attr-defined]  # the ClientHello waits
+        self._starting = asyncio.ensure_future(self._start_tls(transport))
+
+    async def _start_tls(self, transport: asyncio.BaseTransport) -> None:
+        """TLS on an admitted connection, then the WebSocket connection on top of it."""
+        assert self._tls is not None
+        try:
+            secure = await asyncio.get_running_loop().start_tls(
+                transport,  # type: ignore[arg-type]
+                self,
+                self._tls,
+                server_side=True,
+                ssl_handshake_timeout=SUBSCRIPTIONS_TIMEOUT,
+            )
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            self._admission.refuse("tls")
+            log.debug("websocket client: TLS handshake failed (%s)", exc)
+            transport.abort()  # type: ignore[attr-defined]
+            self._lost()
+            return
+        if secure is None:  # closed meanwhile
+            self._lost()
+            return
+        self._made = True
+        super().connection_made(secure)
+        for data in self._early:
+            super().data_received(data)
+        self._early.clear()
+        if self._early_eof:
+            super().eof_received()
+
+    def data_received(self, data: bytes) -> None:
+        if self._made:
+            super().data_received(data)
+        else:
+            self._early.append(data)
+
+    def eof_received(self) -> bool | None:
+        if self._made:
+            return super().eof_received()
+        self._early_eof = True
+        return None
 
     def identified(self) -> None:
         """It sent its subscriptions: no longer one of the unidentified share."""
@@ -120,12 +182,16 @@ class _TrackedConnection(ServerConnection):
             self._identified = True
             self._admission.identify()
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _lost(self) -> None:
         self._registry.discard(self)
         if self._address is not None:
             self._admission.leave(self._address, self._identified)
             self._address = None
-        super().connection_lost(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost()
+        if self._made:
+            super().connection_lost(exc)
 
 
 class WebSocketServer:
@@ -170,21 +236,22 @@ class WebSocketServer:
 
         def make_connection(*args: Any, **kwargs: Any) -> ServerConnection:
             return _TrackedConnection(
-                *args, registry=self._connections, admission=self.admission, **kwargs
+                *args,
+                registry=self._connections,
+                admission=self.admission,
+                tls=self.ssl_context,
+                **kwargs,
             )
 
         self._server = await serve(
             self._handle,
             address,
             port,
-            ssl=self.ssl_context,
+            ssl=None,  # started by each connection once it holds a slot (_TrackedConnection)
             compression=None,  # neither Broker nor Zeek compress; it would only cost CPU
             max_size=self.max_size,
             close_timeout=self.close_timeout,
             process_request=self._check_request,
-            # A client in its TLS handshake holds no slot yet (asyncio makes the connection
-            # only once it is done): it gets as long as a client has for its subscriptions.
-            ssl_handshake_timeout=SUBSCRIPTIONS_TIMEOUT if self.ssl_context else None,
             create_connection=make_connection,  # type: ignore[arg-type]
         )
         self.port = self._server.sockets[0].getsockname()[1]
