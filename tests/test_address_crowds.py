@@ -12,6 +12,9 @@ peering listener and the WebSocket server, with TLS and without:
 - a crowd from many addresses holds at most the unidentified share, and a
   reader that said who it is before keeps its place.
 
+And ``/metrics`` holds a crowd from one address to its cap while a scraper from
+another is answered.
+
 The caps are made small (the same code path as 64, sooner). The decisions
 themselves are tested without sockets in tests/test_address_slots.py.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +40,7 @@ from websockets.sync.client import connect
 
 import broker_spark as broker
 from broker_spark.admission import PER_ADDRESS, UNIDENTIFIED, Admission
+from broker_spark.spool import metrics
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.tls import make_contexts
 from broker_spark.websocket.manager import manager_for
@@ -255,3 +260,16 @@ def _still_served(reader: Any) -> None:
         reader.send(json.dumps({"type": "data-message", "topic": "/t", "@data-type": "count",
                                 "data": 1}))  # fmt: skip
         reader.ping().wait(10)
+
+
+def test_the_metrics_hold_a_crowd_from_one_address_to_its_cap() -> None:
+    server = metrics.MetricsServer(lambda: {"bytes": 7}, "127.0.0.1", 0, per_address=2)
+    crowd = Crowd(server.port).open(6)
+    try:
+        assert wait_for(lambda: _refused(server.admission, PER_ADDRESS) == 4, 10)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:  # from 127.0.0.1
+            assert b"broker_spark_spool_bytes 7.0" in answer.read()
+    finally:
+        crowd.close()
+        server.close()
