@@ -21,70 +21,171 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import logging
 import threading
-from collections import Counter
+import time
 from typing import Any
 
-__all__ = ["Admission", "TOO_MANY", "UNAUTHORIZED", "authorization_matches"]
+from broker_spark.protocol.address_slots import (
+    DEFAULT_PER_ADDRESS,
+    PER_ADDRESS,
+    TOO_MANY,
+    UNIDENTIFIED,
+    AddressSlots,
+    unidentified_share,
+)
 
-#: The reason a client beyond a listener's bound is refused with.
-TOO_MANY = "too-many"
+__all__ = [
+    "DEFAULT_PER_ADDRESS",
+    "PER_ADDRESS",
+    "TOO_MANY",
+    "UNAUTHORIZED",
+    "UNIDENTIFIED",
+    "Admission",
+    "Slot",
+    "authorization_matches",
+]
+
+log = logging.getLogger(__name__)
 #: The reason a client without the right credential is refused with.
 UNAUTHORIZED = "unauthorized"
 
 
 class Admission:
-    """One listener's connections (at most ``limit`` at once) and refusals by reason.
+    """One listener's connections and refusals by reason: at most ``limit`` at once,
+    ``per_address`` from one address, half the slots (``unidentified``) for connections
+    that have not said who they are (the decisions are
+    :class:`~broker_spark.protocol.address_slots.AddressSlots`'; this locks around them,
+    logs refusals once per address and minute, and is shared by the asyncio servers and
+    the threaded metrics server).
 
-    ``enter()`` admits a connection (False when full; that counts as
-    ``too-many``), ``leave()`` ends one, ``refuse(reason)`` counts a client
-    turned away for another reason. Thread-safe.
+    ``enter(address)`` admits a connection (False when refused, counted by reason),
+    ``identify()`` marks it identified (HELLO, handshake), ``leave(address, identified)``
+    ends it, ``refuse(reason)`` counts a client turned away for another reason.
     """
 
-    def __init__(self, listener: str, limit: int, address: str = "") -> None:
-        if limit < 1:
-            raise ValueError(f"a listener's connection bound must be at least 1, not {limit}")
+    def __init__(
+        self,
+        listener: str,
+        limit: int,
+        address: str = "",
+        *,
+        per_address: int = DEFAULT_PER_ADDRESS,
+        unidentified: int | None = None,
+    ) -> None:
         self.listener = listener
-        self.limit = limit
         self.address = address
         self._lock = threading.Lock()
-        self._open = 0
-        self._refused: Counter[str] = Counter()
+        self._slots = AddressSlots(limit, per_address, unidentified)
+        self.said = False
+
+    @property
+    def limit(self) -> int:
+        return self._slots.limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        """Tests shrink a bound (the same code path, sooner); the share follows."""
+        with self._lock:
+            self._slots.limit = value
+            self._slots.unidentified = unidentified_share(value)
+
+    @property
+    def per_address(self) -> int:
+        return self._slots.per_address
+
+    @per_address.setter
+    def per_address(self, value: int) -> None:
+        """Tests shrink it too (the same code path, sooner)."""
+        with self._lock:
+            self._slots.per_address = value
 
     @property
     def connections(self) -> int:
         """Connections admitted and not yet ended."""
-        return self._open
+        return self._slots.open
 
-    def enter(self) -> bool:
-        """Admit one more connection; False (counted as ``too-many``) when full."""
+    def enter(self, address: str = "") -> bool:
+        """Admit one more connection from ``address``; False (counted) when refused."""
         with self._lock:
-            if self._open >= self.limit:
-                self._refused[TOO_MANY] += 1
-                return False
-            self._open += 1
-            return True
+            reason = self._slots.enter(address)
+            if reason is None:
+                return True
+            loud = self._slots.should_log(address, time.monotonic())
+            #: whether the last refusal was logged (a listener that also reports refusals
+            #: elsewhere, as statuses, says them as seldom)
+            self.said = loud
+        if loud:
+            log.warning(
+                "%s %s: connection refused (%s; %s); said once a minute per address",
+                self.listener,
+                address or "(local)",
+                reason,
+                self._why(reason),
+            )
+        return False
 
-    def leave(self) -> None:
+    def _why(self, reason: str) -> str:
+        if reason == PER_ADDRESS:
+            return f"{self._slots.per_address} connections from this address already"
+        if reason == UNIDENTIFIED:
+            return f"{self._slots.unidentified} connections have not said who they are yet"
+        return f"{self._slots.limit} connections already"
+
+    def take(self, address: str) -> Slot | None:
+        """:meth:`enter` as an object to hand along with the connection (None: refused)."""
+        return Slot(self, address) if self.enter(address) else None
+
+    def identify(self) -> None:
+        """A connection admitted has said who it is (HELLO, handshake)."""
+        with self._lock:
+            self._slots.identify()
+
+    def leave(self, address: str = "", identified: bool = False) -> None:
         """A connection :meth:`enter` admitted has ended."""
         with self._lock:
-            self._open = max(0, self._open - 1)
+            self._slots.leave(address, identified)
 
     def refuse(self, reason: str) -> None:
         """Count a client turned away for ``reason`` (a short, fixed word)."""
         with self._lock:
-            self._refused[reason] += 1
+            self._slots.refuse(reason)
 
     def snapshot(self) -> dict[str, Any]:
         """What a status shows of this listener."""
         with self._lock:
+            slots = self._slots
             return {
                 "listener": self.listener,
                 "address": self.address,
-                "connections": self._open,
-                "limit": self.limit,
-                "refused": dict(self._refused),
+                "connections": slots.open,
+                "unidentified": slots.strangers,
+                "limit": slots.limit,
+                "per_address": slots.per_address,
+                "refused": dict(slots.refused),
             }
+
+
+class Slot:
+    """One admitted connection's place in an :class:`Admission`, for code that hands the
+    connection along (accept, TLS, handshake, close happen in different places):
+    :meth:`identify` and :meth:`leave` may be called any number of times."""
+
+    def __init__(self, admission: Admission, address: str) -> None:
+        self.admission = admission
+        self.address = address
+        self.identified = False
+        self.left = False
+
+    def identify(self) -> None:
+        if not self.identified and not self.left:
+            self.identified = True
+            self.admission.identify()
+
+    def leave(self) -> None:
+        if not self.left:
+            self.left = True
+            self.admission.leave(self.address, self.identified)
 
 
 def authorization_matches(header: str | None, token: str) -> bool:

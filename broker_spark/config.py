@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_spark.protocol.address_slots import DEFAULT_PER_ADDRESS
+
 __all__ = [
     "DEFAULT_TTL",
     "OVERFLOW_POLICIES",
@@ -80,6 +82,9 @@ class BrokerOptions:
       ``Endpoint.publish``) may queue before publishing blocks.
     - ``status_queue_size`` (1024): statuses kept per status subscriber; the
       oldest are dropped beyond that, so a status subscriber never stalls anything.
+    - ``connections_per_address`` (64): connections one address may hold at once on
+      each of the endpoint's listeners (peering, WebSocket), so one host cannot take
+      every slot (``protocol/address_slots.py``).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -95,6 +100,7 @@ class BrokerOptions:
         self.subscriber_overflow_policy = "block"
         self.publisher_buffer_size = 1024
         self.status_queue_size = 1024
+        self.connections_per_address = DEFAULT_PER_ADDRESS
         for name, value in kwargs.items():
             if name != "forward" and not hasattr(self, name):
                 raise TypeError(f"unknown broker option {name!r}")
@@ -118,6 +124,7 @@ class BrokerOptions:
             "subscriber_queue_size",
             "publisher_buffer_size",
             "status_queue_size",
+            "connections_per_address",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

@@ -323,6 +323,13 @@ class Endpoint:
             return Peering.existing(self._core)
         return Peering.of(self._core, self._config)
 
+    def listen_admission(self, port: int) -> Any:
+        """The slots and refusals (:class:`~broker_spark.admission.Admission`) of the peering
+        listener on ``port``; None when nothing listens there."""
+        peering = self._tcp(create=False)
+        listeners = peering.listeners if peering is not None else []
+        return next((x.admission for x in listeners if x.port == port), None)
+
     def listen(self, address: str = "", port: int = 0) -> int:
         """Accept peers on ``address:port`` (port 0: any free one); the port, 0 on failure."""
         tcp = self._tcp()

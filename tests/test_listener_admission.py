@@ -62,7 +62,7 @@ def test_only_the_token_itself_matches(guess: str) -> None:
 
 
 def test_an_admission_bounds_and_counts() -> None:
-    a = Admission("relay", 2)
+    a = Admission("relay", 2, unidentified=2)
     assert a.enter() and a.enter() and not a.enter()
     a.leave()
     assert a.enter()

@@ -116,7 +116,8 @@ def test_a_relay_node_is_a_zeromq_logger_and_a_broker_peer_at_once(spawn, tmp_pa
     assert lines_by_path(from_peer) == {p: dns.local_lines(p) for p in dns.writes}
     shown = run_command("status", "--relay", said["relay"], "--no-tls").stdout
     assert "sources        2" in shown and "zeromq logs tcp://127.0.0.1:" in shown
-    assert "listeners      2" in shown and "relay     127.0.0.1:" in shown  # relay, metrics
+    assert "listeners      3" in shown and "relay     127.0.0.1:" in shown  # +peering, metrics
+    assert "peering   127.0.0.1:" in shown
     kinds = by_kind(status(said["relay"]))
     assert kinds["zeromq-logs"]["arrived"] == len(messages)
     assert kinds["zeromq-logs"]["batches_received"] == len(messages)

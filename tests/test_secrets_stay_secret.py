@@ -83,7 +83,7 @@ def test_a_relay_node_run_emits_no_secret(
     sources = {s["kind"] for s in json.loads(shown.stdout)["sources"]}
     assert {"zeromq-logs", "websocket"} <= sources
     listeners = {x["listener"] for x in json.loads(shown.stdout)["listeners"]}
-    assert listeners == {"relay", "websocket", "metrics"}
+    assert listeners == {"relay", "peering", "websocket", "metrics"}
     with pytest.raises(urllib.error.HTTPError) as refused:  # the token is asked for
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
     assert refused.value.code == 401

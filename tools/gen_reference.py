@@ -92,10 +92,10 @@ STATUS_EXAMPLE: dict[str, Any] = {
          "error": None},
     ],
     "listeners": [
-        {"listener": "relay", "address": "0.0.0.0:9998", "connections": 3, "limit": 256,
-         "refused": {"timeout": 1}},
-        {"listener": "metrics", "address": "127.0.0.1:9101", "connections": 0, "limit": 32,
-         "refused": {}},
+        {"listener": "relay", "address": "0.0.0.0:9998", "connections": 3, "unidentified": 0,
+         "limit": 256, "per_address": 64, "refused": {"timeout": 1, "per-address": 12}},
+        {"listener": "metrics", "address": "127.0.0.1:9101", "connections": 0,
+         "unidentified": 0, "limit": 32, "per_address": 8, "refused": {}},
     ],
     "readers": [
         {"name": "query 1f2e/planner", "role": "follow", "address": "10.0.1.7:50412",

@@ -64,6 +64,7 @@ def checks(r: dict[str, Any], a_samples: list[tuple[float, Usage]]) -> dict[str,
             if r["hostile"]
             else True
         ),
+        "every malformed relay frame got an ERROR or a close": not r.get("hostile_unanswered"),
         f"the queries went on during hostile bursts (no pause over {HOSTILE_PAUSE:g} s)": all(
             pause <= HOSTILE_PAUSE
             for f in r["faults"]

@@ -8,7 +8,11 @@ socket, as when a network path fails.
 
 :func:`hostile_burst` connects to every listening port what a scanner or a
 broken client would: garbage, a frame header announcing 2 GiB, an HTTP request
-with an endless header, and idle sockets left open until the next burst.
+with an endless header, and idle sockets left open until the next burst. A
+relay's reader port (a name starting with ``relay``) gets every malformed,
+oversized and out-of-turn frame and msgpack bomb of tests/relay_attacks.py too,
+each of which must be answered with an ERROR or a close (:attr:`unanswered`
+names those that were not), and a greedy reader held until the next burst.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import socket
 import struct
 import threading
 from typing import Any
+
+from relay_attacks import CASES, CLOSED, ERROR, attack, greedy
 
 __all__ = ["CuttingProxy", "HostileClients"]
 
@@ -138,6 +144,8 @@ class HostileClients:
         self.rng = rng
         self.connections = 0
         self.failed_to_connect = 0
+        #: relay attack cases that got neither an ERROR nor a close: ``port name: case``
+        self.unanswered: list[str] = []
         self._idle: list[socket.socket] = []
 
     def burst(self, idle: int = 8) -> None:
@@ -156,6 +164,25 @@ class HostileClients:
                     self.connections += 1
                 except OSError:
                     self.failed_to_connect += 1
+            if name.startswith("relay"):
+                self._relay_frames(name, port)
+
+    def _relay_frames(self, name: str, port: int) -> None:
+        """The relay protocol's malformed frames, and a greedy reader held open."""
+        for case, payload in CASES.items():
+            try:
+                outcome = attack(port, payload, timeout=2.0)
+            except OSError:
+                self.failed_to_connect += 1
+                continue
+            self.connections += 1
+            if outcome not in (ERROR, CLOSED):
+                self.unanswered.append(f"{name}: {case}")
+        try:
+            self._idle.append(greedy(port)[0])
+            self.connections += 1
+        except OSError:
+            self.failed_to_connect += 1
 
     def _send(self, name: str, port: int, payload: bytes) -> None:
         try:

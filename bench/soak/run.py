@@ -468,6 +468,7 @@ class Soak(FaultActions):
             },
             "listeners_refused": listeners,
             "hostile_connections": self.hostile.connections,
+            "hostile_unanswered": self.hostile.unanswered,
             "hostile": self.hostile_checks,
             "side": side,
             "spool_B_mb": spool_b_mb,

@@ -253,6 +253,15 @@ def register(sub: Any) -> None:
         help="let listeners off loopback take clients without mutual TLS or CURVE "
         "(a warning at start; docs/security.md)",
     )
+    p.add_argument(
+        "--connections-per-address",
+        type=int,
+        metavar="N",
+        help="connections one address may hold at once on each listener: the peering, "
+        "the WebSocket API and the relay (default 64: a Spark executor host runs a task "
+        "per core, each with its own connection); the metrics take a quarter of their 32 "
+        "unless this is given",
+    )
     p.set_defaults(run=run)
 
 
@@ -289,6 +298,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("metrics", "metrics"),
         ("metrics_cert", "metrics_certificate"),
         ("metrics_key", "metrics_key"),
+        ("connections_per_address", "connections_per_address"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -397,6 +407,8 @@ def serve(
             except SourceError as exc:
                 raise CliError(str(exc)) from None
             say(f"listening on {where((settings.listen[0], port))}")
+            if relay is not None:
+                relay.watch(endpoint.listen_admission(port))
         if settings.websocket is not None:
             port = endpoint.web_socket_listen(
                 *settings.websocket, token=settings.websocket_token or None
@@ -527,7 +539,13 @@ def _metrics(relay: Any, settings: NodeSettings, tls: Any) -> Any:
     address = settings.metrics
     assert address is not None
     try:
-        return MetricsServer(relay.status, *address, token=settings.metrics_token or None, tls=tls)
+        return MetricsServer(
+            relay.status,
+            *address,
+            token=settings.metrics_token or None,
+            tls=tls,
+            per_address=settings.connections_per_address,
+        )
     except OSError as exc:
         raise CliError(f"cannot serve the metrics on {where(address)}: {exc}") from None
 
@@ -564,6 +582,7 @@ def _relay_node(settings: NodeSettings) -> Any:
             settings.spool_fsync,
             settings.spool_compression,
             settings.relay_compression,
+            settings.connections_per_address,
         )
     )
 

@@ -12,6 +12,9 @@ keys the reader below takes (``make reference``, tests/test_reference.py)::
     forward = ["/zeek/"]          # topics to route here without a local subscriber
     allow_anonymous = false       # true: listeners off loopback may take unauthenticated
                                   # clients (docs/security.md); a warning at start
+    connections_per_address = 64  # connections one address may hold at once on each
+                                  # listener (peering, WebSocket, relay; default 64, a
+                                  # Spark executor host's tasks; metrics: 8 unless set)
 
     [websocket]                   # Zeek's WebSocket JSON API
     listen = "127.0.0.1:9997"     # serve it here (wss unless TLS is off)
@@ -187,6 +190,8 @@ class NodeSettings:
     websocket_token: str = field(default="", repr=False)  # WebSocket clients' bearer token
     metrics_token: str = field(default="", repr=False)  # scrapers' bearer token
     allow_anonymous: bool = False  # listeners off loopback may take unauthenticated clients
+    #: connections one address may hold on each listener (None: each listener's default)
+    connections_per_address: int | None = None
     #: relay readers limited to topic prefixes, by their certificate's common name ("*":
     #: every other certificate); empty: every reader reads everything
     spool_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -195,8 +200,10 @@ class NodeSettings:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
         from broker_spark.config import BrokerOptions
 
+        per_address = self.connections_per_address
+        extra = {"connections_per_address": per_address} if per_address is not None else {}
         try:
-            options = BrokerOptions(**self.options, disable_ssl=self.tls.disable_ssl)
+            options = BrokerOptions(**{**self.options, **extra}, disable_ssl=self.tls.disable_ssl)
             options.validate()
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[options]: {exc}") from None
@@ -298,8 +305,15 @@ def load_node_config(path: str | Path) -> NodeSettings:
     ep = r.keys(
         "[endpoint]",
         doc.get("endpoint", {}),
-        ["listen", "peers", "retry", "forward", "allow_anonymous"],
+        ["listen", "peers", "retry", "forward", "allow_anonymous", "connections_per_address"],
     )
+    if "connections_per_address" in ep:
+        per_address = r.typed(
+            "[endpoint]", "connections_per_address", ep["connections_per_address"], int
+        )
+        if per_address < 1:
+            raise r.fail("[endpoint] connections_per_address must be 1 or more")
+        s.connections_per_address = per_address
     s.allow_anonymous = r.typed(
         "[endpoint]", "allow_anonymous", ep.get("allow_anonymous", False), bool
     )

@@ -59,6 +59,8 @@ class SpoolSettings:
     compression: str = "zstd"
     #: when records sent to readers are compressed: auto (readers elsewhere), always, never
     wire_compression: str = "auto"
+    #: connections one address may hold on the relay (None: the server's default, 64)
+    per_address: int | None = None
 
 
 class RelayNode:
@@ -161,6 +163,7 @@ class RelayNode:
             name="broker-spark-relay",
             grants=self.settings.readers,
             wire_compression=self.settings.wire_compression,
+            **({"per_address": self.settings.per_address} if self.settings.per_address else {}),
         )
         host, port = self.settings.relay
         try:

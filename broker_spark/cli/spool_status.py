@@ -75,12 +75,15 @@ STATUS_FIELDS = {
     "undecodable records",
     "sources[].error": "why the source's figures could not be read (a source that is gone)",
     "listeners": "the node's listening ports, an entry each",
-    "listeners[].listener": "a listening port: `relay`, `websocket`, `metrics`",
+    "listeners[].listener": "a listening port: `relay`, `peering`, `websocket`, `metrics`",
     "listeners[].address": "where it listens",
     "listeners[].connections": "connections it serves now",
+    "listeners[].unidentified": "of those, the ones that have not said who they are yet "
+    "(TLS, HELLO or handshake not done): at most half of `limit`",
     "listeners[].limit": "the most it serves at once",
-    "listeners[].refused": "clients it turned away, by reason (`too-many`, `unauthorized`, "
-    "`timeout`, `protocol`, `forbidden`)",
+    "listeners[].per_address": "the most it serves from one address",
+    "listeners[].refused": "clients it turned away, by reason (`too-many`, `per-address`, "
+    "`unidentified`, `unauthorized`, `tls`, `timeout`, `protocol`, `forbidden`)",
     "readers": "the readers connected now, an entry each",
     "readers[].name": "the name a reader gave (a Spark reader: its query and task)",
     "readers[].role": "`follow` (a query's planning or task), `attach` (a query on the owner's "

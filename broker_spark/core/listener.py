@@ -18,6 +18,8 @@ import contextlib
 import socket
 from collections.abc import Callable
 
+from broker_spark.addresses import format_host_port
+from broker_spark.admission import Admission, Slot
 from broker_spark.errors import EC
 from broker_spark.protocol.framing import encode_frame
 from broker_spark.protocol.wire_messages import DropConn, encode_handshake
@@ -63,9 +65,11 @@ class Listener:
     """One listening socket, accepting peers on the endpoint's loop.
 
     It knows nothing of its owner (the peering): what it accepted goes to the
-    ``accepted`` callback as ``(socket, network, tls)``, failures to ``report``;
-    ``inbound()`` tells how many accepted connections are still open there, so
-    that with the sockets being sniffed at most ``max_inbound`` are held.
+    ``accepted`` callback as ``(socket, network, tls, slot)``, failures to
+    ``report``. Every accepted connection holds a slot of :attr:`admission`
+    (at most ``max_inbound``, ``per_address`` from one address, half of them
+    before their handshake) until the owner calls ``slot.leave()``; the owner
+    calls ``slot.identify()`` when its handshake is done.
     """
 
     def __init__(
@@ -77,14 +81,16 @@ class Listener:
         node_id: bytes,
         tls: bool,
         handshake_timeout: float,
-        accepted: Callable[[socket.socket, NetworkInfo, bool], None],
+        accepted: Callable[[socket.socket, NetworkInfo, bool, Slot], None],
         report: Callable[[EC, str], None],
-        inbound: Callable[[], int] = lambda: 0,
         max_inbound: int | None = None,
+        per_address: int | None = None,
     ) -> None:
-        self._inbound = inbound
         self.max_inbound = max_inbound or MAX_INBOUND
-        #: Connections closed at once because ``max_inbound`` were held.
+        extra = {"per_address": per_address} if per_address else {}
+        #: the slots of the connections accepted here, and what was refused
+        self.admission = Admission("peering", self.max_inbound, **extra)
+        #: Connections closed at once because the slots were taken.
         self.refused = 0
         self.loop = loop
         self.node_id = node_id
@@ -95,7 +101,8 @@ class Listener:
         self._report = report
         self.sock = _bind(address, port)
         self.port: int = self.sock.getsockname()[1]
-        self._sniffing: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
+        self.admission.address = format_host_port(address, self.port)
+        self._sniffing: dict[int, tuple[socket.socket, asyncio.TimerHandle, Slot]] = {}
         self.loop.add_reader(self.sock.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -109,35 +116,42 @@ class Listener:
                 return
             sock.setblocking(False)
             network = NetworkInfo(str(addr[0]), int(addr[1]))
-            held = len(self._sniffing) + self._inbound()
-            if held >= self.max_inbound:
+            slot = self.admission.take(network.address)  # logged once a minute per address
+            if slot is None:
                 sock.close()
                 self.refused += 1
-                self._report(
-                    EC.PeerUnavailable,
-                    f"{network!r}: refused: {held} inbound connections held already",
-                )
+                if self.admission.said:  # once per address and minute, as the log
+                    self._report(
+                        EC.PeerUnavailable,
+                        f"{network!r}: refused: inbound connections held already "
+                        "(from this address, before their handshake, or in all; said once "
+                        "a minute per address, counted in full by the listener)",
+                    )
                 continue
             if not self.tls:
-                self._accepted(sock, network, False)
+                self._accepted(sock, network, False, slot)
             else:
-                self._sniff(sock, network)
+                self._sniff(sock, network, slot)
 
     # -- telling TLS from plain ---------------------------------------------------------
 
-    def _sniff(self, sock: socket.socket, network: NetworkInfo) -> None:
+    def _sniff(self, sock: socket.socket, network: NetworkInfo, slot: Slot) -> None:
         fd = sock.fileno()
         timer = self.loop.call_later(self.handshake_timeout, self._sniff_timeout, fd, network)
-        self._sniffing[fd] = (sock, timer)
+        self._sniffing[fd] = (sock, timer, slot)
         self.loop.add_reader(fd, self._sniffed, fd, network)
 
-    def _take(self, fd: int) -> socket.socket | None:
+    def _take(self, fd: int, keep: bool = False) -> socket.socket | None:
+        """The socket being sniffed on ``fd``, no longer watched; its slot left unless
+        ``keep`` (then it goes on, with the slot, to the owner)."""
         entry = self._sniffing.pop(fd, None)
         if entry is None:
             return None
-        sock, timer = entry
+        sock, timer, slot = entry
         timer.cancel()
         self.loop.remove_reader(fd)
+        if not keep:
+            slot.leave()
         return sock
 
     def _sniff_timeout(self, fd: int, network: NetworkInfo) -> None:
@@ -158,14 +172,16 @@ class Listener:
             return
         except OSError:
             head = b""
-        sock = self._take(fd)
+        slot = entry[2]
+        tls = bool(head) and (looks_like_tls(head) or head[:1] == b"\x16")
+        sock = self._take(fd, keep=tls)
         if sock is None:
             return
         if not head:
             sock.close()  # connected and left without a word (a port probe)
             return
-        if looks_like_tls(head) or head[:1] == b"\x16":
-            self._accepted(sock, network, True)
+        if tls:
+            self._accepted(sock, network, True, slot)
             return
         self._refuse_plain(sock)
         self._report(

@@ -42,6 +42,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from broker_spark.admission import Slot
 from broker_spark.config import Configuration, TLSSettings
 from broker_spark.core.connection import PeerConnection
 from broker_spark.core.fabric import Fabric
@@ -131,6 +132,8 @@ class Peering:
         #: Dials and accepted sockets in their TLS handshake.
         self.tasks: set[asyncio.Task] = set()
         self._accepting = 0
+        #: each accepted connection's place in its listener's slots, until it is lost
+        self._slots: dict[PeerConnection, Slot] = {}
         self._dials: dict[Key, asyncio.Task] = {}
         self._timers: dict[Timer, asyncio.TimerHandle] = {}
         self._waiters: dict[Key, list[asyncio.Future[bool]]] = {}
@@ -250,7 +253,7 @@ class Peering:
                 handshake_timeout=self.handshake_timeout,
                 accepted=self._accepted,
                 report=self.report,
-                inbound=self._inbound,
+                per_address=self.options.connections_per_address,
             )
         except OSError as exc:
             self._apply(self.machine.listen_failed(address, port, str(exc)))
@@ -258,20 +261,21 @@ class Peering:
         self.listeners.append(listener)
         return listener.port
 
-    def _accepted(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
+    def _accepted(self, sock: socket.socket, network: NetworkInfo, tls: bool, slot: Slot) -> None:
         self._accepting += 1
-        self._track(self.loop.create_task(self._accept(sock, network, tls)))
+        self._track(self.loop.create_task(self._accept(sock, network, tls, slot)))
 
-    def _inbound(self) -> int:
-        """Accepted connections still open: in their TLS handshake, handshaking, or peered."""
-        return self._accepting + sum(1 for c in self.conns if c.role == "acceptor")
-
-    async def _accept(self, sock: socket.socket, network: NetworkInfo, tls: bool) -> None:
+    async def _accept(
+        self, sock: socket.socket, network: NetworkInfo, tls: bool, slot: Slot
+    ) -> None:
+        """Its listener's ``slot`` is held until the connection is lost (identified once its
+        handshake is done: :meth:`join`)."""
         ctx = self.tls.server if (tls and self.tls is not None) else None
         made: list[PeerConnection] = []
 
         def protocol() -> PeerConnection:
             conn = PeerConnection(self, "acceptor", network, tls=tls)
+            self._slots[conn] = slot
             made.append(conn)
             return conn
 
@@ -291,6 +295,9 @@ class Peering:
         finally:
             if not made or made[0].transport is None:  # never up: no longer pending
                 self._accepting -= 1
+                slot.leave()
+                if made:
+                    self._slots.pop(made[0], None)
 
     def _track(self, task: asyncio.Task) -> None:
         self.tasks.add(task)
@@ -365,6 +372,9 @@ class Peering:
 
     def connection_lost(self, conn: PeerConnection) -> None:
         self.conns.discard(conn)
+        slot = self._slots.pop(conn, None)
+        if slot is not None:
+            slot.leave()
         self.machine.connection_lost(conn)
 
     def claim(self, peer_id: bytes, conn: PeerConnection) -> bool:
@@ -383,6 +393,9 @@ class Peering:
             self.core.add_link(link)
         except (PeeringError, ShutdownError):
             return False
+        slot = self._slots.get(link.conn)
+        if slot is not None:
+            slot.identify()  # a peer that finished its handshake keeps its place
         if link.version >= 2:
             # Our filter first: the subscription the new neighbour gets at once must be
             # complete, since its peer() returns on it (filters otherwise reach the

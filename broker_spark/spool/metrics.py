@@ -38,7 +38,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from broker_spark.addresses import format_host_port
-from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
+from broker_spark.admission import (
+    UNAUTHORIZED,
+    Admission,
+    Slot,
+    authorization_matches,
+)
 
 __all__ = ["MetricsServer", "StatusCollector"]
 
@@ -170,7 +175,8 @@ class StatusCollector(Collector):
 #: Seconds a metrics client may stay silent (or take to send its request) before it is
 #: dropped; a scrape takes milliseconds.
 CLIENT_TIMEOUT = 10.0
-#: Connections served at once; beyond, new ones are closed at once (a scraper needs one).
+#: Connections served at once; beyond, new ones are closed at once (a scraper needs one), and
+#: by default a quarter of them from one address.
 MAX_CLIENTS = 32
 
 
@@ -179,6 +185,15 @@ class _Handler(WSGIRequestHandler):
     thread for ``CLIENT_TIMEOUT`` seconds at most."""
 
     timeout = CLIENT_TIMEOUT
+
+    def parse_request(self) -> bool:
+        """A request arrived (after TLS, if any): the connection is no longer one of the
+        unidentified share of the slots."""
+        parsed = super().parse_request()
+        slot = self.server.slots.get(self.client_address)  # type: ignore[attr-defined]
+        if parsed and slot is not None:
+            slot.identify()
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         """Log nothing per request (a scrape every few seconds)."""
@@ -191,11 +206,15 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     admission: Admission  # set by MetricsServer before serving
     settings: _Settings
+    #: each connection's place in the slots, by its client address (host, port)
+    slots: dict[Any, Slot]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.admission.enter():  # full: this one is refused (counted), others served
+        slot = self.admission.take(str(client_address[0]))
+        if slot is None:  # refused (counted, logged once a minute per address), others served
             self.shutdown_request(request)
             return
+        self.slots[client_address] = slot
         super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -218,7 +237,9 @@ class _Server(ThreadingMixIn, WSGIServer):
                     return
             super().process_request_thread(request, client_address)
         finally:
-            self.admission.leave()
+            slot = self.slots.pop(client_address, None)
+            if slot is not None:
+                slot.leave()
 
 
 class _Settings:
@@ -263,15 +284,19 @@ class MetricsServer:
         token: str | None = None,
         max_clients: int | None = None,
         tls: ssl.SSLContext | None = None,
+        per_address: int | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
         host = host or "0.0.0.0"
-        self.admission = Admission("metrics", max_clients or MAX_CLIENTS)
+        limit = max_clients or MAX_CLIENTS
+        self.admission = Admission("metrics", limit, per_address=per_address or max(1, limit // 4))
         self.settings = _Settings(token, tls)
         app = _guarded(make_wsgi_app(self.registry), self.settings, self.admission)
         server_class = type(
-            "_MetricsServer", (_Server,), {"admission": self.admission, "settings": self.settings}
+            "_MetricsServer",
+            (_Server,),
+            {"admission": self.admission, "settings": self.settings, "slots": {}},
         )
         server_class.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._server = make_server(host, port, app, server_class, handler_class=_Handler)

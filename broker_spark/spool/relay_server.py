@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.addresses import format_host_port
-from broker_spark.admission import Admission
+from broker_spark.admission import DEFAULT_PER_ADDRESS, Admission
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
@@ -84,8 +84,10 @@ class RelayServer:
     everything. The owner's own machine (the Unix socket) is never limited.
 
     At most ``max_connections`` connections are served at once on TCP and as
-    many on the Unix socket; what each turned away (``too-many``,
-    ``timeout``: no HELLO in time, ``protocol``, ``forbidden``) is counted in
+    many on the Unix socket; on TCP at most ``per_address`` from one address, and
+    half the slots for connections in their TLS handshake or before their HELLO.
+    What each turned away (``too-many``, ``per-address``, ``unidentified``,
+    ``tls``, ``timeout``: no HELLO in time, ``protocol``, ``forbidden``) is counted in
     :attr:`admission` (TCP, the relay) and :attr:`control` (the Unix socket).
     """
 
@@ -100,6 +102,7 @@ class RelayServer:
         grants: Mapping[str, tuple[str, ...]] | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         wire_compression: str = "auto",
+        per_address: int = DEFAULT_PER_ADDRESS,
     ) -> None:
         if wire_compression not in WIRE_COMPRESSION:
             raise ValueError(
@@ -110,8 +113,9 @@ class RelayServer:
         #: readers on other machines (not over loopback or a Unix socket), ``always``, ``never``
         self.wire_compression = wire_compression
         self.service = service
-        self.admission = Admission("relay", max_connections)
-        self.control = Admission("control", max_connections)
+        self.admission = Admission("relay", max_connections, per_address=per_address)
+        # The owner's machine only: every connection is from the same "address".
+        self.control = Admission("control", max_connections, per_address=max_connections)
         self._grants = dict(grants or {})
         self._attach = attach
         self._stop = stop
@@ -160,13 +164,10 @@ class RelayServer:
     async def _start_tcp(
         self, host: str, port: int, tls: ssl.SSLContext | None
     ) -> asyncio.base_events.Server:
+        # Plain TCP, and TLS started per connection once admitted: a connection in its TLS
+        # handshake then holds a slot (an unidentified one) and is bounded per address.
         server = await asyncio.start_server(
-            lambda r, w: self._spawn(r, w, local=False),
-            host or None,
-            port,
-            ssl=tls,
-            # A client that never finishes its TLS handshake is dropped as a silent one is.
-            ssl_handshake_timeout=HELLO_TIMEOUT if tls is not None else None,
+            lambda r, w: self._spawn(r, w, local=False, tls=tls), host or None, port
         )
         self._servers.append(server)
         return server
@@ -239,28 +240,63 @@ class RelayServer:
     # --- one connection -------------------------------------------------------------------
 
     def _spawn(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        local: bool,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        task = asyncio.ensure_future(self._serve(reader, writer, local))
+        if tls is not None:  # the ClientHello stays in the kernel until start_tls reads it
+            writer.transport.pause_reading()
+        task = asyncio.ensure_future(self._serve(reader, writer, local, tls))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        local: bool,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         peer = _peer_name(writer, local)
+        address = "" if local else _peer_host(writer)
         admission = self.control if local else self.admission
-        if not admission.enter():  # counted as too-many
-            log.warning("spool reader %s: %d connections already; closing", peer, admission.limit)
-            with contextlib.suppress(Exception):
-                writer.write(RelayServerSession.refusal("too_many", "too many connections"))
-                await writer.drain()
+        opened = asyncio.get_running_loop().time()
+        if not admission.enter(address):  # counted, and logged once a minute per address
+            if tls is None:  # a TLS client could not read a plain ERROR
+                with contextlib.suppress(Exception):
+                    writer.write(RelayServerSession.refusal("too_many", "too many connections"))
+                    await writer.drain()
             writer.close()
             return
+        identified: list[bool] = []
         try:
-            await self._serve_admitted(reader, writer, local, peer, admission)
+            if tls is not None and not await self._start_tls(writer, tls, peer, admission):
+                return
+            await self._serve_admitted(
+                reader, writer, local, peer, admission, opened, identified.append
+            )
         finally:
-            admission.leave()
+            admission.leave(address, bool(identified))
+
+    async def _start_tls(
+        self,
+        writer: asyncio.StreamWriter,
+        tls: ssl.SSLContext,
+        peer: str,
+        admission: Admission,
+    ) -> bool:
+        """TLS on an admitted connection, within the HELLO timeout; False (closed,
+        counted as ``tls``) when it fails."""
+        try:
+            await writer.start_tls(tls, ssl_handshake_timeout=HELLO_TIMEOUT)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            log.debug("spool reader %s: TLS handshake failed (%s)", peer, exc)
+            admission.refuse("tls")
+            writer.transport.abort()
+            return False
+        return True
 
     async def _serve_admitted(
         self,
@@ -269,7 +305,11 @@ class RelayServer:
         local: bool,
         peer: str,
         admission: Admission,
+        opened: float,
+        identified: Callable[[bool], None],
     ) -> None:
+        """Serve one admitted connection; ``identified`` is called once its HELLO is
+        answered (it then no longer counts against the unidentified share)."""
         loop = asyncio.get_running_loop()
         identity = "" if local else _common_name(writer)
         allowed = None
@@ -278,7 +318,7 @@ class RelayServer:
         session = RelayServerSession(
             self.service.id or "",
             local=local,
-            now=loop.time(),
+            now=opened,  # TLS handshake and HELLO together within the HELLO timeout
             allowed=allowed,
             identity=f"certificate {identity!r}" if identity else "an anonymous reader",
             compress=self._compresses(writer, local),
@@ -334,6 +374,9 @@ class RelayServer:
                     writer.write(frame)
                     if close:
                         return
+                    if event.kind == "hello" and session.role is not None:
+                        admission.identify()
+                        identified(True)
                     if event.kind == "hello" and session.role == "attach":
                         attached = True
                         self._readers_changed()
@@ -488,6 +531,12 @@ def _common_name(writer: asyncio.StreamWriter) -> str:
             if key == "commonName":
                 return str(value)
     return ""
+
+
+def _peer_host(writer: asyncio.StreamWriter) -> str:
+    """The client's address, what per-address slots are counted by."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
 
 
 def _peer_name(writer: asyncio.StreamWriter, local: bool) -> str:

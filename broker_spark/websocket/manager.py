@@ -110,11 +110,13 @@ class WebSocketManager:
         ssl_context: ssl.SSLContext | None = None,
         token: str | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        per_address: int | None = None,
     ) -> int:
         """Serve the API on ``address:port``; the bound port, or 0 when binding failed.
 
         With ``token`` clients must present it (``Authorization: Bearer``, or as
-        their URL's password); at most ``max_connections`` are served at once.
+        their URL's password); at most ``max_connections`` are served at once, at most
+        ``per_address`` (default: the ``connections_per_address`` option) from one address.
         """
         if ssl_context is None and not self._config.options.disable_ssl:
             ssl_context = self.contexts().server
@@ -129,6 +131,9 @@ class WebSocketManager:
             close_timeout=close_timeout,
             token=token,
             max_connections=_positive("max_connections", max_connections, DEFAULT_MAX_CONNECTIONS),
+            per_address=_positive(
+                "per_address", per_address, self._config.options.connections_per_address
+            ),
         )
         try:
             bound = self._host.run_coro(server.start(address, port))

@@ -43,7 +43,12 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.http11 import Request, Response
 
 from broker_spark.addresses import format_host_port
-from broker_spark.admission import UNAUTHORIZED, Admission, authorization_matches
+from broker_spark.admission import (
+    DEFAULT_PER_ADDRESS,
+    UNAUTHORIZED,
+    Admission,
+    authorization_matches,
+)
 from broker_spark.core.node_message import DATA
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import decode_client_message, decode_subscriptions, encode_ack
@@ -72,26 +77,121 @@ DEFAULT_MAX_CONNECTIONS = 1024
 SHUTDOWN_GRACE = 0.25
 
 
+#: Seconds a connection refused at its TCP accept has to send its request (and be answered
+#: 503) before it is dropped: a real client sends it at once, a crowd costs no slot and
+#: little time.
+REFUSED_GRACE = 1.0
+
+
 class _TrackedConnection(ServerConnection):
     """A server connection that registers itself from TCP accept to TCP close, and holds
-    its place in the server's bound (``admitted``) from its admission to its close."""
+    its place in the server's slots (``admission``, by its address) from then until its
+    close: unidentified until it sent its subscriptions (:meth:`identified`).
 
-    admitted: Admission | None = None
+    With ``tls`` the server listens in plain TCP and the connection starts TLS itself once
+    it holds a slot, so one in its TLS handshake is counted too (asyncio's own TLS would
+    make the connection only once the handshake is done)."""
 
-    def __init__(self, *args: Any, registry: set[ServerConnection], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        registry: set[ServerConnection],
+        admission: Admission,
+        tls: ssl.SSLContext | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._registry = registry
+        self._admission = admission
+        self._tls = tls
+        self._made = False  # the WebSocket connection made (after TLS, if any)
+        #: what TLS delivered before the connection was made (the request may come with
+        #: the client's last handshake flight), given to it once made
+        self._early: list[bytes] = []
+        self._early_eof = False
+        self._address: str | None = None  # set while it holds a slot
+        self._identified = False
+        #: turned away at its accept: its request is answered 503 (``_check_request``)
+        self.refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._registry.add(self)
-        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        admitted = self._admission.enter(address)  # counted, logged once a minute per address
+        if admitted:
+            self._address = address
+        if self._tls is None:
+            self._made = True
+            super().connection_made(transport)
+            if not admitted:
+                self.refused = True
+                loop = asyncio.get_running_loop()
+                loop.call_later(REFUSED_GRACE, transport.abort)  # type: ignore[attr-defined]
+            return
+        self.transport = transport  # type: ignore[assignment]  # until TLS replaces it
+        if not admitted:  # a TLS client could not read a plain 503
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        transport.pause_reading()  # type: ignore[attr-defined]  # the ClientHello waits
+        self._starting = asyncio.ensure_future(self._start_tls(transport))
+
+    async def _start_tls(self, transport: asyncio.BaseTransport) -> None:
+        """TLS on an admitted connection, then the WebSocket connection on top of it."""
+        assert self._tls is not None
+        try:
+            secure = await asyncio.get_running_loop().start_tls(
+                transport,  # type: ignore[arg-type]
+                self,
+                self._tls,
+                server_side=True,
+                ssl_handshake_timeout=SUBSCRIPTIONS_TIMEOUT,
+            )
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            self._admission.refuse("tls")
+            log.debug("websocket client: TLS handshake failed (%s)", exc)
+            transport.abort()  # type: ignore[attr-defined]
+            self._lost()
+            return
+        if secure is None:  # closed meanwhile
+            self._lost()
+            return
+        self._made = True
+        super().connection_made(secure)
+        for data in self._early:
+            super().data_received(data)
+        self._early.clear()
+        if self._early_eof:
+            super().eof_received()
+
+    def data_received(self, data: bytes) -> None:
+        if self._made:
+            super().data_received(data)
+        else:
+            self._early.append(data)
+
+    def eof_received(self) -> bool | None:
+        if self._made:
+            return super().eof_received()
+        self._early_eof = True
+        return None
+
+    def identified(self) -> None:
+        """It sent its subscriptions: no longer one of the unidentified share."""
+        if self._address is not None and not self._identified:
+            self._identified = True
+            self._admission.identify()
+
+    def _lost(self) -> None:
+        self._registry.discard(self)
+        if self._address is not None:
+            self._admission.leave(self._address, self._identified)
+            self._address = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._registry.discard(self)
-        if self.admitted is not None:
-            self.admitted.leave()
-            self.admitted = None
-        super().connection_lost(exc)
+        self._lost()
+        if self._made:
+            super().connection_lost(exc)
 
 
 class WebSocketServer:
@@ -100,7 +200,8 @@ class WebSocketServer:
     ``send_capacity`` bounds each client's send queue (messages), ``max_size``
     each received frame (bytes), ``close_timeout`` the polite closing of a
     connection before it is aborted, ``max_connections`` the clients served at
-    once; ``token`` (a secret, never shown) is what clients must present.
+    once (``per_address`` from one address; half of them before they sent their
+    subscriptions); ``token`` (a secret, never shown) is what clients must present.
     """
 
     def __init__(
@@ -114,10 +215,11 @@ class WebSocketServer:
         close_timeout: float,
         token: str | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        per_address: int = DEFAULT_PER_ADDRESS,
     ) -> None:
         self.core = core
         self._token = token or None
-        self.admission = Admission("websocket", max_connections)
+        self.admission = Admission("websocket", max_connections, per_address=per_address)
         self.version = version
         self.ssl_context = ssl_context
         self.send_capacity = send_capacity
@@ -133,13 +235,19 @@ class WebSocketServer:
         """Bind and start serving; returns the bound port (OSError when binding fails)."""
 
         def make_connection(*args: Any, **kwargs: Any) -> ServerConnection:
-            return _TrackedConnection(*args, registry=self._connections, **kwargs)
+            return _TrackedConnection(
+                *args,
+                registry=self._connections,
+                admission=self.admission,
+                tls=self.ssl_context,
+                **kwargs,
+            )
 
         self._server = await serve(
             self._handle,
             address,
             port,
-            ssl=self.ssl_context,
+            ssl=None,  # started by each connection once it holds a slot (_TrackedConnection)
             compression=None,  # neither Broker nor Zeek compress; it would only cost CPU
             max_size=self.max_size,
             close_timeout=self.close_timeout,
@@ -152,7 +260,9 @@ class WebSocketServer:
         return self.port
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """The opening request's path, credential and the bound, before any WebSocket."""
+        """The opening request's slot, path and credential, before any WebSocket."""
+        if isinstance(connection, _TrackedConnection) and connection.refused:
+            return connection.respond(503, "too many clients\n")  # counted at its accept
         if request.path.partition("?")[0] != JSON_PATH:
             return connection.respond(404, f"Zeek's WebSocket API lives at {JSON_PATH}\n")
         if self._token is not None and not authorization_matches(
@@ -163,15 +273,6 @@ class WebSocketServer:
             response = connection.respond(401, "this server needs a bearer token\n")
             response.headers["WWW-Authenticate"] = 'Bearer realm="broker-spark"'
             return response
-        if not self.admission.enter():  # counted as too-many
-            log.warning(
-                "websocket client %s: %d clients already; refused",
-                _remote(connection),
-                self.admission.connections,
-            )
-            return connection.respond(503, "too many clients\n")
-        if isinstance(connection, _TrackedConnection):
-            connection.admitted = self.admission  # left when its TCP connection closes
         return None
 
     async def _guard_until_stopped(self) -> None:
@@ -225,6 +326,8 @@ class WebSocketServer:
             with contextlib.suppress(Exception):
                 await close_connection(ws, 1008, "no subscriptions in time", None, 1.0)
             return
+        if isinstance(ws, _TrackedConnection):
+            ws.identified()
         if core.closed:
             return
         host, port = ws.remote_address[:2]
