@@ -92,17 +92,25 @@ def _mvn_copy(pom: str, prop: str, version: str, into: Path, include: str = "") 
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if done.returncode == 0:
         return ""
-    return "\n".join(line for line in done.stdout.splitlines() if "ERROR" in line)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+    return "\n".join(line for line in plain.splitlines() if "ERROR" in line) or plain[-500:]
 
 
 def _unreachable(errors: str) -> bool:
-    return bool(re.search(r"Unknown host|Could not transfer|Connect|timed out|Network", errors))
+    """Whether mvn's errors say the repository was out of reach (not that it lacks a version):
+    a host unknown, a connection refused or timed out, or not even its own plugin fetched."""
+    return bool(
+        re.search(
+            r"Unknown host|Could not transfer|Connect|timed out|Network|No plugin found", errors
+        )
+    )
 
 
 def _stop_unreachable(errors: str) -> None:
     raise SetupError(
-        "bench-kafka: Maven Central cannot be reached, so Kafka's broker and Spark's Kafka "
-        "source cannot be fetched (mvn said: " + errors.splitlines()[0][:300] + ")"
+        "bench-kafka: Maven Central (or the mirror mvn is set up with) cannot be reached, so "
+        "Kafka's broker and Spark's Kafka source cannot be fetched; mvn said: "
+        + errors.splitlines()[0][:300]
     )
 
 
