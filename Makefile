@@ -94,8 +94,8 @@ bench: $(STAMP)
 
 # Ours against Kafka on the same Zeek records, end to end into tables (bench/kafka_path.py,
 # docs/performance.md): fetches Kafka 4 and Spark's Kafka source with mvn into
-# ~/.cache/broker-spark/kafka once, runs a broker for the run and stops it. Takes about
-# half an hour on 2 cores; BENCH_KAFKA_ARGS=--quick runs 10,000 records.
+# ~/.cache/broker-spark/kafka once, runs a broker for the run and stops it. Took 8 minutes
+# on 2 shared cores; BENCH_KAFKA_ARGS=--quick runs 10,000 records.
 BENCH_KAFKA_ARGS ?=
 bench-kafka: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python bench/kafka_setup.py fetch

@@ -81,7 +81,9 @@ def _kafka_topics(broker: KafkaBroker, prefix: str) -> None:
     """The topics of a run, made first (a topic per log, the broker's default partitions)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient(
+        {"bootstrap.servers": broker.bootstrap}, logger=kafka_senders.quiet_librdkafka()
+    )
     made = admin.create_topics([NewTopic(prefix + p, 1, 1) for p in kr.TABLES_MIX])
     for future in made.values():
         future.result(60)

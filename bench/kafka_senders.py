@@ -68,6 +68,16 @@ def zeromq_sender(endpoint: str, records: int, rate: float, conn: Any) -> None:
     ctx.term()
 
 
+def quiet_librdkafka() -> logging.Logger:
+    """A logger that keeps what librdkafka would print to stderr (each refused connection
+    while the broker is down, its queues purged at the end); its settings stay the defaults."""
+    quiet = logging.getLogger("bench.librdkafka")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    return quiet
+
+
 def kafka_sender(
     bootstrap: str, records: int, rate: float, conn: Any, prefix: str, settings: dict[str, str]
 ) -> None:
@@ -81,12 +91,7 @@ def kafka_sender(
         if err is not None:
             failed[0] += 1
 
-    # librdkafka logs each refused connection while the broker is down to stderr: into a
-    # logger that keeps them (its settings stay librdkafka's defaults)
-    quiet = logging.getLogger("bench.librdkafka")
-    quiet.addHandler(logging.NullHandler())
-    quiet.propagate = False
-    producer = Producer({"bootstrap.servers": bootstrap, **settings}, logger=quiet)
+    producer = Producer({"bootstrap.servers": bootstrap, **settings}, logger=quiet_librdkafka())
     conn.send("ready")
     conn.recv()
     sent = dropped = 0
