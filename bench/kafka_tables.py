@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ def session(jars: list[str]) -> Any:
     """The bench's local[2] session (spark_stream's), with Spark's Kafka source on its path."""
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
     spark = _session()
+    # Ctrl-C raises KeyboardInterrupt at once, for the bench's finally blocks to stop the
+    # queries and the collectors (PySpark's own handler cancels Spark's jobs over py4j from
+    # inside the signal, and prints py4j's re-entrancy errors)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # an idle query reports every 0.2 s (Spark's default: 10 s), so a run sees its end soon
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "200")
     return spark
