@@ -98,7 +98,7 @@ bench: $(STAMP)
 # on 2 shared cores; BENCH_KAFKA_ARGS=--quick runs 10,000 records.
 BENCH_KAFKA_ARGS ?=
 bench-kafka: $(STAMP) $(KAFKA_STAMP)
-	$(BIN)/python bench/kafka_setup.py fetch
+	$(BIN)/python bench/_kafka_setup.py fetch
 	$(BIN)/python bench/kafka_path.py $(BENCH_KAFKA_ARGS)
 
 clean:

@@ -2,15 +2,15 @@
 
 Usage: ``python bench/kafka_path.py [--quick] [--records N] [--json]`` (``make bench-kafka``).
 
-The same records (the recordings' conn, dns and http mix, :mod:`kafka_records`; 1,000,000
+The same records (the recordings' conn, dns and http mix, :mod:`_kafka_records`; 1,000,000
 by default, 10,000 with ``--quick``) go two ways into a table per log (Parquet):
 
 - **ours**: a Zeek node's ZeroMQ log batches into a relay node (``broker-spark node
-  --zeromq-logs``, :mod:`relay_node`), read by one ``write_zeek_tables`` query;
+  --zeromq-logs``, :mod:`_relay_node`), read by one ``write_zeek_tables`` query;
 - **Kafka**: Zeek's Kafka plugin's messages (a JSON record each, a topic per log) produced
   with confluent-kafka on librdkafka's defaults into a Kafka 4 broker (KRaft, one node,
-  :mod:`kafka_setup`), read by Spark's Kafka source, ``from_json`` into the same typed
-  columns, a query per log appending to the same tables (:mod:`kafka_tables`).
+  :mod:`_kafka_setup`), read by Spark's Kafka source, ``from_json`` into the same typed
+  columns, a query per log appending to the same tables (:mod:`_kafka_tables`).
 
 Measured for each, in this order, on the same local[2] Spark session:
 
@@ -48,11 +48,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import kafka_records as kr  # noqa: E402
-import kafka_senders  # noqa: E402
-import kafka_tables as kt  # noqa: E402
-from kafka_setup import KafkaBroker, fetch  # noqa: E402
-from relay_node import RelayNode  # noqa: E402
+import _kafka_records as kr  # noqa: E402
+import _kafka_senders  # noqa: E402
+import _kafka_tables as kt  # noqa: E402
+from _kafka_setup import KafkaBroker, fetch  # noqa: E402
+from _relay_node import RelayNode  # noqa: E402
 from spark_stream import CpuSampler, _receive  # noqa: E402
 
 PACED_RATE = 20_000.0
@@ -82,7 +82,7 @@ def _kafka_topics(broker: KafkaBroker, prefix: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(
-        {"bootstrap.servers": broker.bootstrap}, logger=kafka_senders.quiet_librdkafka()
+        {"bootstrap.servers": broker.bootstrap}, logger=_kafka_senders.quiet_librdkafka()
     )
     made = admin.create_topics([NewTopic(prefix + p, 1, 1) for p in kr.TABLES_MIX])
     for future in made.values():
@@ -94,9 +94,9 @@ def _sender(collector: Any, records: int, rate: float, topics: str, settings: di
     spawn = mp.get_context("spawn")
     here, there = spawn.Pipe()
     if isinstance(collector, RelayNode):
-        target, args = kafka_senders.zeromq_sender, (collector.zeromq, records, rate, there)
+        target, args = _kafka_senders.zeromq_sender, (collector.zeromq, records, rate, there)
     else:
-        target = kafka_senders.kafka_sender
+        target = _kafka_senders.kafka_sender
         args = (collector.bootstrap, records, rate, there, topics, settings)
     proc = spawn.Process(target=target, args=args, name="producer", daemon=True)
     proc.start()

@@ -1,7 +1,7 @@
 """The producers of bench/kafka_path.py: a Zeek node on ZeroMQ, and Zeek's Kafka plugin.
 
 Each runs as a process of its own (``spawn``: its CPU is counted as the producer's), sends
-:func:`kafka_records.schedule`'s records, and reports through a pipe. Unpaced, a send the
+:func:`_kafka_records.schedule`'s records, and reports through a pipe. Unpaced, a send the
 transport refuses is retried (the run measures how fast the records can go); paced, it is
 dropped and counted, as each real producer does with its defaults:
 
@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Any
 
-import kafka_records as kr
+import _kafka_records as kr
 from zeromq_logs import zeek_push
 
 #: Records between two looks at the clock when paced: how smoothly a Kafka sender spreads

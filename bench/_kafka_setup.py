@@ -1,6 +1,6 @@
 """Kafka for bench/kafka_path.py: its jars fetched with ``mvn`` and cached, a broker run with ``java``.
 
-Usage: ``python bench/kafka_setup.py fetch`` (what ``.ci/kafka-jars`` and ``make bench-kafka``
+Usage: ``python bench/_kafka_setup.py fetch`` (what ``.ci/kafka-jars`` and ``make bench-kafka``
 run first): fetches, once, into ``~/.cache/broker-spark/kafka/`` (``$XDG_CACHE_HOME`` if set;
 never into the checkout):
 
@@ -34,7 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
-from collector_process import CollectorProcess, die_with_parent, free_port, on_disk
+from _collector_process import CollectorProcess, die_with_parent, free_port, on_disk
 
 HERE = Path(__file__).resolve().parent
 #: Kafka's broker release run here: a 4.x, as the issue asks (Java 17, KRaft only).

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 
-from collector_process import CollectorProcess, die_with_parent, free_port, on_disk
+from _collector_process import CollectorProcess, die_with_parent, free_port, on_disk
 
 
 class RelayNode(CollectorProcess):
