@@ -7,13 +7,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench clean reference docs test-docs
+.PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench bench-kafka clean reference docs test-docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	@touch $(STAMP)
+
+# The kafka extra (confluent-kafka: bench/kafka_path.py's producer) on top of the dev one.
+KAFKA_STAMP := $(VENV)/.kafka-stamp
+$(KAFKA_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,kafka]' --config-settings editable_mode=compat
+	@touch $(KAFKA_STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -22,10 +28,10 @@ test: $(STAMP)
 
 # Tests that start Spark drivers, kernels or relay nodes of their own, or run long (a driver
 # killed and restarted, a relay killed under a query, the notebooks, the demo's short run,
-# the tables of every recorded log): too slow for the 5-minute suite,
+# the tables of every recorded log, bench/kafka_path.py --quick): too slow for the 5-minute suite,
 # so a step of their own; CI runs it after `make test`. The long steps print their ten
 # slowest tests (--durations), so a CI log says where a step's time goes.
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest --durations=10 -m "slow or notebooks"
 
 # A real Zeek (9.1: shared/zeek beside the checkout, or $$BROKER_SPARK_ZEEK) against broker-spark
@@ -85,6 +91,15 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/broker-spark bench
+
+# Ours against Kafka on the same Zeek records, end to end into tables (bench/kafka_path.py,
+# docs/performance.md): fetches Kafka 4 and Spark's Kafka source with mvn into
+# ~/.cache/broker-spark/kafka once, runs a broker for the run and stops it. Took 8 minutes
+# on 2 shared cores; BENCH_KAFKA_ARGS=--quick runs 10,000 records.
+BENCH_KAFKA_ARGS ?=
+bench-kafka: $(STAMP) $(KAFKA_STAMP)
+	$(BIN)/python bench/_kafka_setup.py fetch
+	$(BIN)/python bench/kafka_path.py $(BENCH_KAFKA_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-spark-* .pytest_cache .ruff_cache .hypothesis

@@ -70,6 +70,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -272,12 +273,13 @@ class CpuSampler:
             self._thread.join()
             self._remember(self._look())
 
-    def by_role(self) -> dict[str, float]:
+    def by_role(self, classify: Callable[[str], str] | None = None) -> dict[str, float]:
+        """CPU seconds by role: :func:`_role`'s, or ``classify``'s of each command line."""
         roles: dict[str, float] = {}
         for pid, (cpu, cmd) in self._seen.items():
             used = cpu - self._base.get(pid, 0.0)
             if used > 0:
-                role = _role(cmd, pid in self._on_executor)
+                role = classify(cmd) if classify else _role(cmd, pid in self._on_executor)
                 roles[role] = roles.get(role, 0.0) + used
         return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 

@@ -64,6 +64,18 @@ def _conn() -> tuple[Any, list[list[Any]]]:
     return schema, records
 
 
+def zeek_push(ctx: Any, endpoint: str) -> Any:
+    """A PUSH socket as a Zeek node's log sender has it (``log_sndhwm`` 1000), connected; it
+    lingers 30 s, so that what it accepted is delivered after the sender's report."""
+    import zmq
+
+    push = ctx.socket(zmq.PUSH)
+    push.sndhwm = 1000  # Zeek's log_sndhwm
+    push.linger = 30_000
+    push.connect(endpoint)
+    return push
+
+
 def _zmq_sender(endpoint: str, seconds: float, rate: float, conn: Any) -> None:
     import zmq
 
@@ -73,10 +85,7 @@ def _zmq_sender(endpoint: str, seconds: float, rate: float, conn: Any) -> None:
     batch = encode_batch(schema, (records * (ZEEK_BATCH // len(records) + 1))[:ZEEK_BATCH])
     frames = [b"log-write", b"zeromq_bench_node", b"zeek-bin-serializer", batch]
     ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.sndhwm = 1000  # Zeek's log_sndhwm
-    push.linger = 30_000  # what the socket accepted is delivered after the report
-    push.connect(endpoint)
+    push = zeek_push(ctx, endpoint)
     conn.send("ready")
     conn.recv()
     sent = dropped = 0

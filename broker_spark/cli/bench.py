@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "spool_durability": ("--seconds", "1"),
     "spark_cluster": ("--quick",),
     "live_zeek": ("--quick",),
+    "kafka_path": ("--quick",),
 }
 
 
