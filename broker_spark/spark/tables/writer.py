@@ -71,6 +71,11 @@ from broker_spark.spark.tables.columns import (
     table_types,
     with_metadata,
 )
+from broker_spark.spark.tables.delta_commit import (
+    DeltaFastTable,
+    delta_available,
+    is_path_table,
+)
 from broker_spark.spark.tables.freshness import jvm_session, refresh_everywhere
 from broker_spark.spark.tables.markers import (
     MarkedTable,
@@ -158,6 +163,7 @@ class ZeekTables:
     _schemas: dict[str, LogSchema] = field(default_factory=dict, repr=False)
     _known: dict[str, TableMemory] = field(default_factory=dict, repr=False)
     _clashes: set[str] = field(default_factory=set, repr=False)
+    _warned: bool = field(default=False, repr=False)
     #: JVM sessions that read the tables (the query's own), refreshed after each commit.
     _sessions: list[Any] = field(default_factory=list, repr=False, compare=False)
 
@@ -192,8 +198,9 @@ class ZeekTables:
         zone = spark.conf.get("spark.sql.session.timeZone")
         fmt = self._format(spark)
         codec = None
-        if fmt in STAGED_FORMATS and not self.spark_writer:
-            codec = arrow_codec(fmt, _setting(spark, f"spark.sql.{fmt}.compression.codec"))
+        files = "parquet" if self._delta_fast(spark) else fmt  # Delta's files are Parquet's
+        if files in STAGED_FORMATS and not self.spark_writer:
+            codec = arrow_codec(files, _setting(spark, f"spark.sql.{files}.compression.codec"))
         if codec is not None and arrow_knows_time_zone(zone):
             self._write_staged(batch, batch_id, zone, codec)
         else:
@@ -379,9 +386,11 @@ class ZeekTables:
         from pyspark.sql.types import DateType, StructField, StructType
 
         spark = df.sparkSession
+        fast_delta = staged is not None and self._format(spark) == "delta"
         if self._format(spark) != "delta":
             self._marked(spark, name).attach()
-        present = table_types(spark, name)
+        # the Delta fast path: the table's columns as its log says (no Delta in Spark needed)
+        present = self._delta(spark, name).types() if fast_delta else table_types(spark, name)
         typed: list[Any] = []
         roots: list[tuple[str, str]] = []
         fields: dict[str, Any] = {}
@@ -426,7 +435,9 @@ class ZeekTables:
                 written = written.unionByName(more, allowMissingColumns=True)
             fields.pop(DAY, None)
             shape = StructType([*fields.values(), StructField(DAY, DateType(), True)])
-            self._commit(spark, name, written, batch_id, staged=roots, schema=shape)
+            self._commit(
+                spark, name, written, batch_id, staged=roots, schema=shape, fast=staged is not None
+            )
             if self.after_table is not None:
                 self.after_table(name, batch_id)
         return quarantined
@@ -450,9 +461,19 @@ class ZeekTables:
         *,
         staged: Sequence[tuple[str, str]] = (),
         schema: Any = None,
+        fast: bool = False,
     ) -> None:
+        """Append ``df`` (None: no rows through Spark) and the ``staged`` folders' files to
+        table ``name`` as batch ``batch_id``, once; ``fast``: a Delta table committed by
+        delta-rs (the batch went through the stage job)."""
         fmt = self._format(spark)
-        if fmt == "delta":
+        if fmt == "delta" and fast:
+            roots = list(staged)
+            if df is not None:  # rows the tasks left to Spark: its Parquet files too
+                roots.append(("spark", self._spark_files(df, name, batch_id)))
+            self._delta(spark, name).append(self.app_id, batch_id, roots, schema)
+            shutil.rmtree(os.path.join(self._state(), "spark-files", safe_name(name)), True)
+        elif fmt == "delta":
             (
                 df.write.format("delta")
                 .mode("append")
@@ -464,7 +485,35 @@ class ZeekTables:
             )
         else:
             self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
-        refresh_everywhere(spark, name, self._sessions)
+        if not is_path_table(name):  # a path table is read from its log each time
+            refresh_everywhere(spark, name, self._sessions)
+
+    def _delta_fast(self, spark: Any) -> bool:
+        """Whether the batch's Delta tables take the fast path (files by the tasks, commits
+        by delta-rs): Delta, not ``spark_writer``, and ``deltalake`` installed."""
+        if self.spark_writer or self._format(spark) != "delta":
+            return False
+        if delta_available():
+            return True
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "Delta tables written by Spark's writer: install broker-spark[delta] for the "
+                "fast path (the tasks' files committed by delta-rs)"
+            )
+        return False
+
+    def _delta(self, spark: Any, name: str) -> DeltaFastTable:
+        known = self._known.setdefault(name, TableMemory())
+        return DeltaFastTable(spark, name, self._state(), known)
+
+    def _spark_files(self, df: Any, name: str, batch_id: int) -> str:
+        """Spark's Parquet files of ``df`` for batch ``batch_id`` of table ``name``, in a
+        folder under the checkpoint (kept from an earlier attempt that finished them)."""
+        folder = os.path.join(self._state(), "spark-files", safe_name(name), f"batch-{batch_id}")
+        if not os.path.exists(os.path.join(folder, "_SUCCESS")):
+            df.write.mode("overwrite").format("parquet").partitionBy(DAY).save(folder)
+        return folder
 
     def _marked(self, spark: Any, name: str) -> MarkedTable:
         known = self._known.setdefault(name, TableMemory())
