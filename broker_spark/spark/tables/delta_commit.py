@@ -46,7 +46,7 @@ from broker_spark.spark.tables.markers import (
 )
 from broker_spark.spark.tables.stage import DAY, NO_DAY, safe_name
 
-__all__ = ["DeltaFastTable", "delta_available", "is_path_table"]
+__all__ = ["DeltaFastTable", "delta_available", "is_path_table", "path_of"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,14 @@ def is_path_table(name: str) -> bool:
     """Whether ``name`` is a Delta path table (``delta.`/data/zeek/conn```), which Spark
     reads from its log each time (no catalog entry to refresh)."""
     return _PATH_TABLE.fullmatch(name) is not None
+
+
+def path_of(name: str) -> str:
+    """The folder of a Delta path table (``delta.`/data/zeek/conn``` -> /data/zeek/conn)."""
+    found = _PATH_TABLE.fullmatch(name)
+    if found is None:
+        raise ZeekTableError(f"{name} is not a Delta path table (delta.`/folder`)")
+    return found["path"]
 
 
 def delta_available() -> bool:
@@ -133,9 +141,8 @@ class DeltaFastTable:
     def _location(self) -> str:
         if self.known.location is not None:
             return self.known.location
-        path = _PATH_TABLE.fullmatch(self.name)
-        if path is not None:
-            location = local_path(path["path"])
+        if is_path_table(self.name):
+            location = local_path(path_of(self.name))
         elif self.spark.catalog.tableExists(self.name):
             rows = self.spark.sql(f"DESCRIBE DETAIL {self.name}").collect()
             location = local_path(rows[0]["location"])
@@ -165,9 +172,7 @@ class DeltaFastTable:
                 configuration=CREATE_CONFIGURATION,
             )
             log.info("created Delta table %s at %s", self.name, location)
-        if _PATH_TABLE.fullmatch(self.name) is None and not self.spark.catalog.tableExists(
-            self.name
-        ):
+        if not is_path_table(self.name) and not self.spark.catalog.tableExists(self.name):
             self.spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {self.name} USING delta LOCATION '{location}'"
             )

@@ -75,6 +75,7 @@ from broker_spark.spark.tables.delta_commit import (
     DeltaFastTable,
     delta_available,
     is_path_table,
+    path_of,
 )
 from broker_spark.spark.tables.freshness import jvm_session, refresh_everywhere
 from broker_spark.spark.tables.markers import (
@@ -474,15 +475,18 @@ class ZeekTables:
             self._delta(spark, name).append(self.app_id, batch_id, roots, schema)
             shutil.rmtree(os.path.join(self._state(), "spark-files", safe_name(name)), True)
         elif fmt == "delta":
-            (
+            write = (
                 df.write.format("delta")
                 .mode("append")
                 .option("txnAppId", self.app_id)
                 .option("txnVersion", batch_id)
                 .option("mergeSchema", "true")
                 .partitionBy(DAY)
-                .saveAsTable(name)
             )
+            if is_path_table(name):  # delta.`/data/zeek/conn`: Spark saves it by its path
+                write.save(path_of(name))
+            else:
+                write.saveAsTable(name)
         else:
             self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
         if not is_path_table(name):  # a path table is read from its log each time

@@ -1,0 +1,134 @@
+"""Delta and Iceberg tables written by ``write_zeek_tables``, read by their own connectors.
+
+A session of its own with the real connectors (:mod:`lake_fixtures`: Delta's and
+Iceberg's Spark jars from Maven Central); ``pytest -m lake``, run by
+``.ci/spark-versions`` on the PySpark versions the connectors support. Each table is
+read through the connector's Spark reader and compared, column for column, with what
+the Parquet path (the tasks' files, checked against Zeek's own logs elsewhere) writes
+from the same micro-batches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from lake_fixtures import lake  # noqa: F401
+from test_spark_zeek_tables import (
+    _conn_batch,
+    _conn_rows,
+    _every_row,
+    batch_of,
+    broker_messages,
+    db,  # noqa: F401
+    zmq_log_messages,
+)
+from zeek_recordings import recording
+
+from broker_spark.spark.zeek_tables import ZeekTables
+from broker_spark.zeek import LogField, LogSchema, standard_schema
+
+pytestmark = [pytest.mark.spark, pytest.mark.lake, pytest.mark.timeout(600)]
+
+HTTP = "zeek-logs-http-methods"
+
+
+@pytest.fixture(scope="session")
+def spark(lake: Any) -> Any:  # noqa: F811
+    """The tests' session is the one with the connectors."""
+    return lake
+
+
+def delta_path(tmp: Path, key: str, path: str = "{path}") -> str:
+    return f"delta.`{tmp}/delta/{key}/{path}`"
+
+
+def tables(tmp: Path, key: str, table: str, **kw: Any) -> ZeekTables:
+    return ZeekTables(checkpoint=str(tmp / f"cp-{key}"), table=table, quarantine=None, **kw)
+
+
+def test_delta_tables_hold_the_parquet_paths_rows_of_every_recording(spark, db, tmp_path) -> None:  # noqa: F811
+    """Both Broker recordings and the ZeroMQ one, in two batches each: every log's Delta
+    table of the fast path (a path table), read by Delta's Spark reader, holds exactly the
+    Parquet path's rows; Spark's Delta writer too (a catalog table; one recording: it is
+    slow). Running the batches again adds nothing, and the fast path commits nothing."""
+    sources = {
+        "b1": (broker_messages(HTTP), recording(HTTP).writes),
+        "b2": (
+            broker_messages("zeek-logs-dns-edns-ecs"),
+            recording("zeek-logs-dns-edns-ecs").writes,
+        ),
+        "z": (zmq_log_messages(), ("conn", "http", "files")),
+    }
+    for key, (messages, paths) in sources.items():
+        half = len(messages) // 2
+        parquet = tables(tmp_path, key + "p", f"{db}.{key}_parquet_{{path}}")
+        fast = tables(tmp_path, key + "d", delta_path(tmp_path, key), table_format="delta")
+        ways = [parquet, fast]
+        if key == "b1":
+            slow = f"{db}.{key}_dspark_{{path}}"
+            ways.append(tables(tmp_path, key + "s", slow, table_format="delta", spark_writer=True))
+        for again in (False, True):  # the second time: Spark runs the batches again
+            for writer in [fast] if again else ways:
+                writer(batch_of(spark, messages[:half]), 0)
+                writer(batch_of(spark, messages[half:], first=half), 1)
+            if not again:
+                versions = {p: DeltaTable(f"{tmp_path}/delta/{key}/{p}").version() for p in paths}
+        for path in paths:
+            expected = _every_row(spark, f"{db}.{key}_parquet_{path}")
+            assert expected, (key, path)
+            assert _every_row(spark, delta_path(tmp_path, key, path)) == expected, (key, path)
+            if key == "b1":
+                assert _every_row(spark, slow.format(path=path)) == expected, path
+            table = DeltaTable(f"{tmp_path}/delta/{key}/{path}")
+            assert table.version() == versions[path]  # nothing committed the second time
+            assert table.transaction_version(fast.app_id) in (0, 1)  # its last batch
+            assert table.metadata().partition_columns == ["day"]
+            protocol = table.protocol()
+            assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+
+
+def test_a_delta_catalog_table_gains_zeek_columns_and_is_fresh(spark, db, tmp_path) -> None:  # noqa: F811
+    """A catalog table (created by the fast path at its database's folder): a site's new
+    field becomes a column (older rows null), and the session that reads the table (not
+    the batches') counts each commit without a REFRESH."""
+    schema = standard_schema("conn")
+    batches = spark.newSession()  # the session foreachBatch hands a batch in
+    writer = tables(tmp_path, "cat", f"{db}.{{path}}", table_format="delta")
+    writer(batch_of(batches, _conn_batch(schema, _conn_rows(3))), 0)
+    assert spark.table(f"{db}.conn").count() == 3
+    wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
+    writer(batch_of(batches, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
+    rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("uid", "site").collect()
+    assert [(r.uid, r.site) for r in rows] == [
+        ("Cfollow0000", None),
+        ("Cfollow0001", None),
+        ("Cfollow0002", None),
+        ("Cfollow0000", "dc-1"),
+        ("Cfollow0001", "dc-1"),
+    ]
+    detail = spark.sql(f"DESCRIBE DETAIL {db}.conn").collect()[0]
+    assert detail["format"] == "delta" and detail["partitionColumns"] == ["day"]
+
+
+def test_a_delta_batch_cut_between_two_tables_is_finished_once(spark, db, tmp_path) -> None:  # noqa: F811
+    """A batch that died after its first table's commit (a fault injected there), run again
+    by the restarted query: both paths into Delta finish it, nothing doubled."""
+
+    def die(table: str, batch_id: int) -> None:
+        raise RuntimeError(f"killed after {table}")  # the injected fault
+
+    messages = broker_messages(HTTP)
+    rec = recording(HTTP)
+    for key, extra in (("f", {}), ("s", {"spark_writer": True})):
+        name = delta_path(tmp_path, key)
+        with pytest.raises(Exception, match="killed after"):
+            tables(tmp_path, key, name, table_format="delta", after_table=die, parallel=1)(
+                batch_of(spark, messages), 3
+            )
+        tables(tmp_path, key, name, table_format="delta", **extra)(batch_of(spark, messages), 3)
+        for path in rec.writes:
+            keys = spark.table(delta_path(tmp_path, key, path)).select("offset", "record")
+            assert keys.count() == keys.distinct().count() == len(rec.local_lines(path)), path
