@@ -56,7 +56,8 @@ def lake_conf(folder: str) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "2",
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "jdbc",
-        f"{prefix}.uri": f"jdbc:sqlite:{folder}/iceberg-catalog.db",
+        # WAL: Spark's connections and pyiceberg's read and write the file side by side
+        f"{prefix}.uri": f"jdbc:sqlite:{folder}/iceberg-catalog.db?journal_mode=WAL",
         f"{prefix}.warehouse": f"file:{folder}/iceberg",
         f"{prefix}.jdbc.schema-version": "V1",
     }
@@ -69,8 +70,11 @@ def lake() -> Iterator[Any]:
         pytest.fail("a session without the connectors runs already: run pytest -m lake alone")
     folder = tempfile.mkdtemp(prefix="broker-spark-lake-")
     try:
-        spark_fixtures._session = spark_fixtures._start_session(conf=lake_conf(folder))
-        yield spark_fixtures._session
+        session = spark_fixtures._session = spark_fixtures._start_session(conf=lake_conf(folder))
+        # Spark's JDBC catalog makes the SQLite file (in WAL mode) before pyiceberg opens it:
+        # the other way round, Spark's connections do not see pyiceberg's commits
+        session.sql(f"SHOW NAMESPACES IN {ICEBERG}").collect()
+        yield session
     finally:
         if spark_fixtures._session is not None:
             spark_fixtures._session.stop()

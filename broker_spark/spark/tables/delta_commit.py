@@ -27,7 +27,6 @@ the Parquet path.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from broker_spark.spark.tables.batch_files import forget_through, place_batch_files
 from broker_spark.spark.tables.markers import (
     TableMemory,
     ZeekTableError,
@@ -108,11 +108,11 @@ class DeltaFastTable:
         plan_file = os.path.join(self.state, f"batch-{batch_id}.json")
         if done is not None and done >= batch_id:
             log.info("batch %d is in Delta table %s already: skipped", batch_id, self.name)
-            _remove(plan_file)
+            forget_through(self.state, batch_id)
             return False
         self._add_columns(table, schema)
-        plan = self._plan(plan_file, batch_id, staged)
-        actions = [_add_action(location, relative) for _source, relative in plan]
+        files = place_batch_files(plan_file, batch_id, staged, location)
+        actions = [_add_action(location, relative) for relative in files]
         properties = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
         table = DeltaTable(location)
         table.create_write_transaction(
@@ -122,7 +122,7 @@ class DeltaFastTable:
             partition_by=[DAY],
             commit_properties=properties,
         )
-        self._forget_through(batch_id)
+        forget_through(self.state, batch_id)
         return True
 
     def types(self) -> dict[str, Any]:
@@ -189,49 +189,6 @@ class DeltaFastTable:
             table.alter.add_columns(new)
             log.info("Delta table %s gained %s", self.name, ", ".join(f.name for f in new))
 
-    # --- the files ------------------------------------------------------------------------
-
-    def _plan(
-        self, plan_file: str, batch_id: int, staged: Sequence[tuple[str, str]]
-    ) -> list[tuple[str, str]]:
-        """The batch's files as ``(staged file, path in the table)``, moved into the table:
-        the list saved before the first move and read back on a retry, so every file the
-        first attempt moved is still committed."""
-        if os.path.exists(plan_file):
-            with open(plan_file, encoding="utf-8") as f:
-                plan = [(source, relative) for source, relative in json.load(f)]
-        else:
-            plan = []
-            for tag, root in staged:
-                prefix = f"b{batch_id:012d}-{tag}-"
-                for folder, _dirs, files in os.walk(root):
-                    relative = os.path.relpath(folder, root)
-                    for file in sorted(files):
-                        if not file.startswith(("_", ".")):
-                            target = os.path.normpath(os.path.join(relative, prefix + file))
-                            plan.append((os.path.join(folder, file), target))
-            os.makedirs(self.state, exist_ok=True)
-            partial = plan_file + ".partial"
-            with open(partial, "w", encoding="utf-8") as f:
-                json.dump(plan, f)
-            os.replace(partial, plan_file)
-        location = self._location()
-        for source, relative in plan:
-            target = os.path.join(location, relative)
-            if not os.path.exists(target):  # else moved before the batch was interrupted
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.replace(source, target)
-        return plan
-
-    def _forget_through(self, batch_id: int) -> None:
-        """Drop the file lists of this batch and earlier ones (committed)."""
-        if not os.path.isdir(self.state):
-            return
-        for entry in os.listdir(self.state):
-            number = entry[len("batch-") : -len(".json")]
-            if entry.startswith("batch-") and number.isdigit() and int(number) <= batch_id:
-                _remove(os.path.join(self.state, entry))
-
 
 def _add_action(location: str, relative: str) -> Any:
     """Delta's add action of a file in the table (its day from its folder, its row count
@@ -254,8 +211,3 @@ def _add_action(location: str, relative: str) -> Any:
         True,
         json.dumps({"numRecords": rows}),
     )
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)

@@ -78,6 +78,8 @@ from broker_spark.spark.tables.delta_commit import (
     path_of,
 )
 from broker_spark.spark.tables.freshness import jvm_session, refresh_everywhere
+from broker_spark.spark.tables.iceberg_commit import IcebergFastTable, iceberg_available
+from broker_spark.spark.tables.iceberg_spark import append_once
 from broker_spark.spark.tables.markers import (
     MarkedTable,
     TableMemory,
@@ -128,6 +130,13 @@ WRITE_SETTINGS = {
     "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
     "spark.sql.maxConcurrentOutputFileWriters": "16",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "64",
+}
+
+
+#: The formats with a fast path, and whether its library is installed.
+FAST_FORMATS: dict[str, Callable[[], bool]] = {
+    "delta": delta_available,
+    "iceberg": iceberg_available,
 }
 
 
@@ -199,7 +208,7 @@ class ZeekTables:
         zone = spark.conf.get("spark.sql.session.timeZone")
         fmt = self._format(spark)
         codec = None
-        files = "parquet" if self._delta_fast(spark) else fmt  # Delta's files are Parquet's
+        files = "parquet" if self._fast(spark) else fmt  # Delta's, Iceberg's files: Parquet
         if files in STAGED_FORMATS and not self.spark_writer:
             codec = arrow_codec(files, _setting(spark, f"spark.sql.{files}.compression.codec"))
         if codec is not None and arrow_knows_time_zone(zone):
@@ -387,11 +396,11 @@ class ZeekTables:
         from pyspark.sql.types import DateType, StructField, StructType
 
         spark = df.sparkSession
-        fast_delta = staged is not None and self._format(spark) == "delta"
-        if self._format(spark) != "delta":
+        fast = staged is not None and self._format(spark) in FAST_FORMATS
+        if self._format(spark) not in ("delta", "iceberg"):
             self._marked(spark, name).attach()
-        # the Delta fast path: the table's columns as its log says (no Delta in Spark needed)
-        present = self._delta(spark, name).types() if fast_delta else table_types(spark, name)
+        # the fast paths: the table's columns as its format's library says
+        present = self._fast_table(spark, name).types() if fast else table_types(spark, name)
         typed: list[Any] = []
         roots: list[tuple[str, str]] = []
         fields: dict[str, Any] = {}
@@ -436,9 +445,7 @@ class ZeekTables:
                 written = written.unionByName(more, allowMissingColumns=True)
             fields.pop(DAY, None)
             shape = StructType([*fields.values(), StructField(DAY, DateType(), True)])
-            self._commit(
-                spark, name, written, batch_id, staged=roots, schema=shape, fast=staged is not None
-            )
+            self._commit(spark, name, written, batch_id, staged=roots, schema=shape, fast=fast)
             if self.after_table is not None:
                 self.after_table(name, batch_id)
         return quarantined
@@ -465,14 +472,14 @@ class ZeekTables:
         fast: bool = False,
     ) -> None:
         """Append ``df`` (None: no rows through Spark) and the ``staged`` folders' files to
-        table ``name`` as batch ``batch_id``, once; ``fast``: a Delta table committed by
-        delta-rs (the batch went through the stage job)."""
+        table ``name`` as batch ``batch_id``, once; ``fast``: a Delta or Iceberg table
+        committed by delta-rs or pyiceberg (the batch went through the stage job)."""
         fmt = self._format(spark)
-        if fmt == "delta" and fast:
+        if fast:
             roots = list(staged)
             if df is not None:  # rows the tasks left to Spark: its Parquet files too
                 roots.append(("spark", self._spark_files(df, name, batch_id)))
-            self._delta(spark, name).append(self.app_id, batch_id, roots, schema)
+            self._fast_table(spark, name).append(self.app_id, batch_id, roots, schema)
             shutil.rmtree(os.path.join(self._state(), "spark-files", safe_name(name)), True)
         elif fmt == "delta":
             write = (
@@ -487,28 +494,35 @@ class ZeekTables:
                 write.save(path_of(name))
             else:
                 write.saveAsTable(name)
+        elif fmt == "iceberg":
+            append_once(spark, name, df, self.app_id, batch_id)
         else:
             self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
         if not is_path_table(name):  # a path table is read from its log each time
             refresh_everywhere(spark, name, self._sessions)
 
-    def _delta_fast(self, spark: Any) -> bool:
-        """Whether the batch's Delta tables take the fast path (files by the tasks, commits
-        by delta-rs): Delta, not ``spark_writer``, and ``deltalake`` installed."""
-        if self.spark_writer or self._format(spark) != "delta":
+    def _fast(self, spark: Any) -> bool:
+        """Whether the batch's tables take a fast path (files by the tasks, commits by
+        delta-rs or pyiceberg): Delta or Iceberg, not ``spark_writer``, the library there."""
+        fmt = self._format(spark)
+        if self.spark_writer or fmt not in FAST_FORMATS:
             return False
-        if delta_available():
+        if FAST_FORMATS[fmt]():
             return True
         if not self._warned:
             self._warned = True
             log.warning(
-                "Delta tables written by Spark's writer: install broker-spark[delta] for the "
-                "fast path (the tasks' files committed by delta-rs)"
+                "%s tables written by Spark's writer: install broker-spark[%s] for the fast "
+                "path (the tasks' files committed by the format's Python library)",
+                fmt,
+                fmt,
             )
         return False
 
-    def _delta(self, spark: Any, name: str) -> DeltaFastTable:
+    def _fast_table(self, spark: Any, name: str) -> DeltaFastTable | IcebergFastTable:
         known = self._known.setdefault(name, TableMemory())
+        if self._format(spark) == "iceberg":
+            return IcebergFastTable(spark, name, self._state(), known)
         return DeltaFastTable(spark, name, self._state(), known)
 
     def _spark_files(self, df: Any, name: str, batch_id: int) -> str:
