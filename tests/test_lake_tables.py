@@ -66,15 +66,7 @@ def test_delta_tables_hold_the_parquet_paths_rows_of_every_recording(spark, db, 
     table of the fast path (a path table), read by Delta's Spark reader, holds exactly the
     Parquet path's rows; Spark's Delta writer too (a catalog table; one recording: it is
     slow). Running the batches again adds nothing, and the fast path commits nothing."""
-    sources = {
-        "b1": (broker_messages(HTTP), recording(HTTP).writes),
-        "b2": (
-            broker_messages("zeek-logs-dns-edns-ecs"),
-            recording("zeek-logs-dns-edns-ecs").writes,
-        ),
-        "z": (zmq_log_messages(), ("conn", "http", "files")),
-    }
-    for key, (messages, paths) in sources.items():
+    for key, (messages, paths) in recordings().items():
         half = len(messages) // 2
         parquet = tables(tmp_path, key + "p", f"{db}.{key}_parquet_{{path}}")
         fast = tables(tmp_path, key + "d", delta_path(tmp_path, key), table_format="delta")
@@ -149,15 +141,7 @@ def test_iceberg_tables_hold_the_parquet_paths_rows_of_every_recording(spark, db
     into the catalog Spark is configured with), read by Iceberg's Spark reader, holds
     exactly the Parquet path's rows; Spark's Iceberg writer too (one recording). Running
     the batches again adds no snapshot; the batch ids are in the snapshots' summaries."""
-    sources = {
-        "b1": (broker_messages(HTTP), recording(HTTP).writes),
-        "b2": (
-            broker_messages("zeek-logs-dns-edns-ecs"),
-            recording("zeek-logs-dns-edns-ecs").writes,
-        ),
-        "z": (zmq_log_messages(), ("conn", "http", "files")),
-    }
-    for key, (messages, paths) in sources.items():
+    for key, (messages, paths) in recordings().items():
         half = len(messages) // 2
         parquet = tables(tmp_path, key + "p", f"{db}.{key}_parquet_{{path}}")
         fast = tables(tmp_path, key + "i", f"{ICEBERG}.{key}i.{{path}}", table_format="iceberg")
