@@ -287,7 +287,8 @@ class CpuSampler:
 # --- Spark -------------------------------------------------------------------------------------
 
 
-def _session() -> Any:
+def _session(conf: dict[str, str] | None = None) -> Any:
+    """The bench's local session; ``conf``: more settings (the table connectors')."""
     from broker_spark.spark.java import require_java
 
     require_java()
@@ -311,6 +312,7 @@ def _session() -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .config(map=conf or {})
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

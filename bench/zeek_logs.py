@@ -56,7 +56,9 @@ import contextlib
 import gc
 import json
 import multiprocessing as mp
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -424,17 +426,35 @@ def _log_writes(path: str) -> list[bytes]:
 
 
 #: The ways the tables are written: the Parquet path (the tasks write Parquet with Arrow),
-#: and Spark's writer handed the tasks' typed columns (ORC; Spark's Parquet), the path of
-#: Delta and Iceberg tables, whose jars cannot be fetched on these machines.
+#: and Spark's writer handed the tasks' typed columns (ORC; Spark's Parquet).
 TABLE_WAYS: dict[str, dict[str, Any]] = {
     "tables": {},
     "tables_orc": {"table_format": "orc"},
     "tables_spark_parquet": {"spark_writer": True},
 }
+#: With ``--lake`` (a PySpark the connectors support, e.g. .venv-spark-4.0): Delta and
+#: Iceberg, each by its fast path (the tasks' files, committed by delta-rs or pyiceberg:
+#: a Delta path table, a table of the JDBC catalog ``lake``) and by Spark's writer.
+LAKE_WAYS: dict[str, dict[str, Any]] = {
+    "tables_delta": {"table_format": "delta"},
+    "tables_iceberg": {"table_format": "iceberg"},
+    "tables_delta_spark": {"table_format": "delta", "spark_writer": True},
+    "tables_iceberg_spark": {"table_format": "iceberg", "spark_writer": True},
+}
 
 
-def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
-    """The mix read from a relay into ``noop`` and into a table per log, taking turns."""
+def _table_name(kind: str, db: str, work: str) -> str:
+    """Where a way writes its tables: Spark's catalog, a Delta folder, Iceberg's ``lake``."""
+    if kind == "tables_delta":
+        return f"delta.`{work}/{db}/{{path}}`"
+    if kind.startswith("tables_iceberg"):
+        return f"lake.{db}.{{path}}"
+    return db + ".{path}"
+
+
+def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict[str, Any]:
+    """The mix read from a relay into ``noop`` and into a table per log, taking turns
+    (``lake``: Delta's and Iceberg's ways too)."""
     import shutil
     import tempfile
     import uuid
@@ -450,7 +470,8 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     records = sum(rows * n // sum(TABLES_MIX.values()) for n in TABLES_MIX.values())
     relay = _Relay(spool, 8)
     runs: dict[str, list[dict[str, Any]]] = {"noop": [], "noop_messages": []}
-    runs.update({kind: [] for kind in TABLE_WAYS})
+    ways = {**TABLE_WAYS, **(LAKE_WAYS if lake else {})}
+    runs.update({kind: [] for kind in ways})
 
     def source() -> Any:
         return (
@@ -477,18 +498,19 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
                 else:
                     db = "bench_" + uuid.uuid4().hex[:8]
                     spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(work) / db}'")
+                    table = _table_name(kind, db, work)
                     query = write_zeek_tables(
                         source(),
                         str(Path(work) / f"checkpoint-{kind}-{i}"),
-                        table=db + ".{path}",
+                        table=table,
                         quarantine=db + ".quarantine",
                         trigger={"availableNow": True},
-                        **TABLE_WAYS[kind],
+                        **ways[kind],
                     )
                 _rate, stream_rows, seconds = _sustained(run_to_end(query, sampler, 900))
                 got = stream_rows  # noop: a row a record
-                if kind in TABLE_WAYS:
-                    got = sum(spark.table(f"{db}.{p}").count() for p in TABLES_MIX)
+                if kind in ways:
+                    got = sum(spark.table(table.format(path=p)).count() for p in TABLES_MIX)
                     spark.sql(f"DROP DATABASE {db} CASCADE")
                 if kind == "noop_messages":  # a row a message's log: noop counts no records
                     got = records
@@ -509,9 +531,16 @@ def bench_tables(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     best = {k: max(v, key=lambda r: r["rows_per_s"]) for k, v in runs.items()}
     best["messages"] = messages
     best["mix"] = TABLES_MIX
-    for kind in TABLE_WAYS:
+    for kind in ways:
         best[f"{kind}_vs_noop"] = best[kind]["rows_per_s"] / best["noop"]["rows_per_s"]
     return best
+
+
+def _lake_conf(folder: str) -> dict[str, str]:
+    """The tests' settings for Delta and Iceberg (tests/lake_fixtures.py), jars included."""
+    from lake_fixtures import lake_conf  # only with --lake: the tests' helper (pytest, mvn)
+
+    return lake_conf(folder)
 
 
 def main() -> None:
@@ -520,6 +549,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--seconds", type=float, default=15.0, help="publishing time per run")
     parser.add_argument("--only", choices=("render", "stream", "tables"), help="one part only")
+    parser.add_argument(
+        "--lake", action="store_true", help="tables: Delta and Iceberg too (their jars by mvn)"
+    )
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
     results: dict[str, Any] = {}
@@ -540,14 +572,18 @@ def main() -> None:
     if args.only in (None, "tables"):
         from spark_stream import _session
 
-        spark = _session()
+        lake = tempfile.mkdtemp(prefix="bench-lake-")
+        spark = _session(_lake_conf(lake) if args.lake else None)
         try:
-            bench_tables(spark, 20_000, 1)  # warms the JVM and the tables' path: not measured
+            if args.lake:  # Spark's JDBC catalog makes its SQLite file before pyiceberg
+                spark.sql("SHOW NAMESPACES IN lake").collect()
+            bench_tables(spark, 20_000, 1, args.lake)  # warms the JVM and the paths: not measured
             results["tables"] = bench_tables(
-                spark, 100_000 if args.quick else 1_000_000, 1 if args.quick else 2
+                spark, 100_000 if args.quick else 1_000_000, 1 if args.quick else 2, args.lake
             )
         finally:
             spark.stop()
+            shutil.rmtree(lake, ignore_errors=True)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -570,7 +606,9 @@ def _table(r: dict[str, Any]) -> None:
         print()
         print("| relay to | rows/s | against noop (target 0.6x) | CPU us/row |")
         print("| --- | ---: | ---: | --- |")
-        for kind in ("noop", "noop_messages", *TABLE_WAYS):
+        for kind in ("noop", "noop_messages", *TABLE_WAYS, *LAKE_WAYS):
+            if kind not in x:
+                continue
             run = x[kind]
             ratio = f"{run['rows_per_s'] / x['noop']['rows_per_s']:.2f}x"
             cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())

@@ -34,10 +34,10 @@ _session: Any = None
 _warehouse: str | None = None
 
 
-def _start_session(warehouse: str | None = None) -> Any:
+def _start_session(warehouse: str | None = None, conf: dict[str, str] | None = None) -> Any:
     """The local SparkSession; its catalog's warehouse is ``warehouse``, or a temporary
     directory that the ``spark`` fixture removes (a driver process a test may kill passes a
-    folder of the test's own)."""
+    folder of the test's own); ``conf``: more settings (the table connectors' jars)."""
     global _warehouse
     from broker_spark.spark.java import require_java
 
@@ -61,6 +61,7 @@ def _start_session(warehouse: str | None = None) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.warehouse.dir", warehouse)
+        .config(map=conf or {})
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -200,6 +200,15 @@ def _conn_batch(schema: LogSchema, rows: list[list[Any]]) -> list[tuple[str, byt
     ]
 
 
+#: (uid, site) of the rows of a conn table whose second batch brought the site's field.
+FOLLOWED = [
+    ("Cfollow0000", None),
+    ("Cfollow0001", None),
+    ("Cfollow0002", None),
+    ("Cfollow0000", "dc-1"),
+    ("Cfollow0001", "dc-1"),
+]
+
 #: Parquet by Arrow's tasks; ORC by Spark's writer, the path of Delta's and Iceberg's tables
 #: (5 s more: make test-slow).
 WAYS = [
@@ -224,13 +233,7 @@ def test_columns_follow_zeek_and_a_clash_goes_to_quarantine(
     wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
     tables(batch_of(spark, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
     rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("uid", "site").collect()
-    assert [(r.uid, r.site) for r in rows] == [
-        ("Cfollow0000", None),
-        ("Cfollow0001", None),
-        ("Cfollow0002", None),
-        ("Cfollow0000", "dc-1"),
-        ("Cfollow0001", "dc-1"),
-    ]
+    assert [(r.uid, r.site) for r in rows] == FOLLOWED
     # a column changes its type: those rows go to quarantine with the reason, the table stays
     clashing = LogSchema(
         schema.stream,

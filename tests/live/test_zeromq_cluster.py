@@ -54,6 +54,7 @@ def tables_query(spark: Any, site: Site, db: str) -> Any:
             '"main.zeek.{path}"': f'"{db}.{{path}}"',
             '"main.zeek.quarantine"': f'"{db}.quarantine"',
             'table_format="delta"': 'table_format="parquet"',
+            "spark_writer=True,  # Unity Catalog managed tables: Spark's Delta writer": "",
         },
     )
     scope: dict[str, Any] = {"spark": spark}

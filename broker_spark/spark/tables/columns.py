@@ -87,7 +87,14 @@ def each_record(df: Any, known: dict[str, str] | None = None, zeek_version: str 
 
 
 def table_types(spark: Any, name: str) -> dict[str, Any]:
-    if not spark.catalog.tableExists(name):
+    """The table's columns by name; none for a table not made yet."""
+    try:
+        exists = spark.catalog.tableExists(name)
+    except Exception as exc:  # a Delta path table whose folder holds no table yet
+        if "DELTA_MISSING_DELTA_TABLE" not in str(exc):
+            raise
+        exists = False
+    if not exists:
         return {}
     return {f.name: f.dataType for f in spark.table(name).schema.fields}
 

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spark.tables.stage import DAY, safe_name
 
-__all__ = ["MarkedTable", "TableMemory", "ZeekTableError", "local_path"]
+__all__ = ["MarkedTable", "TableMemory", "ZeekTableError", "default_location", "local_path"]
 
 log = logging.getLogger(__name__)
 
@@ -134,24 +134,12 @@ class MarkedTable:
             return True
         self.known.location = None
         self.known.days.clear()
-        location = self._default_location()
+        location = default_location(spark, self.name)
         if location is None or not _holds_files(location):
             return False
         spark.sql(f"CREATE TABLE {self.name} USING {self.fmt} LOCATION '{location}'")
         spark.sql(f"ALTER TABLE {self.name} RECOVER PARTITIONS")
         return True
-
-    def _default_location(self) -> str | None:
-        """Where Spark keeps a managed table of this name: its database's folder."""
-        parts = self.name.split(".")
-        if len(parts) > 2:
-            return None  # a catalog's table (Unity Catalog): its catalog keeps it
-        database = parts[0] if len(parts) == 2 else self.spark.catalog.currentDatabase()
-        try:
-            folder = self.spark.catalog.getDatabase(database).locationUri
-        except Exception:  # no such database: nothing to attach
-            return None
-        return os.path.join(local_path(folder), parts[-1])
 
     def _location(self) -> str:
         if self.known.location is not None:
@@ -162,6 +150,20 @@ class MarkedTable:
                 self.known.location = local_path(row[1])
                 return self.known.location
         raise ZeekTableError(f"table {self.name} has no location (not a table of files?)")
+
+
+def default_location(spark: Any, name: str) -> str | None:
+    """Where Spark keeps a managed table named ``name``: its database's folder (None: a
+    catalog's table, whose catalog keeps it, or no such database)."""
+    parts = name.split(".")
+    if len(parts) > 2:
+        return None  # a catalog's table (Unity Catalog): its catalog keeps it
+    database = parts[0] if len(parts) == 2 else spark.catalog.currentDatabase()
+    try:
+        folder = spark.catalog.getDatabase(database).locationUri
+    except Exception:  # no such database: nothing to attach
+        return None
+    return os.path.join(local_path(folder), parts[-1])
 
 
 def _move_files(root: str, location: str, prefix: str) -> set[str]:

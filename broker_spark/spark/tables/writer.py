@@ -71,7 +71,15 @@ from broker_spark.spark.tables.columns import (
     table_types,
     with_metadata,
 )
+from broker_spark.spark.tables.delta_commit import (
+    DeltaFastTable,
+    delta_available,
+    is_path_table,
+    path_of,
+)
 from broker_spark.spark.tables.freshness import jvm_session, refresh_everywhere
+from broker_spark.spark.tables.iceberg_commit import IcebergFastTable, iceberg_available
+from broker_spark.spark.tables.iceberg_spark import append_once
 from broker_spark.spark.tables.markers import (
     MarkedTable,
     TableMemory,
@@ -125,6 +133,13 @@ WRITE_SETTINGS = {
 }
 
 
+#: The formats with a fast path, and whether its library is installed.
+FAST_FORMATS: dict[str, Callable[[], bool]] = {
+    "delta": delta_available,
+    "iceberg": iceberg_available,
+}
+
+
 @dataclass
 class ZeekTables:
     """The ``foreachBatch`` of :func:`write_zeek_tables`: each micro-batch into its tables.
@@ -158,6 +173,7 @@ class ZeekTables:
     _schemas: dict[str, LogSchema] = field(default_factory=dict, repr=False)
     _known: dict[str, TableMemory] = field(default_factory=dict, repr=False)
     _clashes: set[str] = field(default_factory=set, repr=False)
+    _warned: bool = field(default=False, repr=False)
     #: JVM sessions that read the tables (the query's own), refreshed after each commit.
     _sessions: list[Any] = field(default_factory=list, repr=False, compare=False)
 
@@ -192,8 +208,9 @@ class ZeekTables:
         zone = spark.conf.get("spark.sql.session.timeZone")
         fmt = self._format(spark)
         codec = None
-        if fmt in STAGED_FORMATS and not self.spark_writer:
-            codec = arrow_codec(fmt, _setting(spark, f"spark.sql.{fmt}.compression.codec"))
+        files = "parquet" if self._fast(spark) else fmt  # Delta's, Iceberg's files: Parquet
+        if files in STAGED_FORMATS and not self.spark_writer:
+            codec = arrow_codec(files, _setting(spark, f"spark.sql.{files}.compression.codec"))
         if codec is not None and arrow_knows_time_zone(zone):
             self._write_staged(batch, batch_id, zone, codec)
         else:
@@ -379,9 +396,11 @@ class ZeekTables:
         from pyspark.sql.types import DateType, StructField, StructType
 
         spark = df.sparkSession
-        if self._format(spark) != "delta":
+        fast = staged is not None and self._format(spark) in FAST_FORMATS
+        if self._format(spark) not in ("delta", "iceberg"):
             self._marked(spark, name).attach()
-        present = table_types(spark, name)
+        # the fast paths: the table's columns as its format's library says
+        present = self._fast_table(spark, name).types() if fast else table_types(spark, name)
         typed: list[Any] = []
         roots: list[tuple[str, str]] = []
         fields: dict[str, Any] = {}
@@ -426,7 +445,7 @@ class ZeekTables:
                 written = written.unionByName(more, allowMissingColumns=True)
             fields.pop(DAY, None)
             shape = StructType([*fields.values(), StructField(DAY, DateType(), True)])
-            self._commit(spark, name, written, batch_id, staged=roots, schema=shape)
+            self._commit(spark, name, written, batch_id, staged=roots, schema=shape, fast=fast)
             if self.after_table is not None:
                 self.after_table(name, batch_id)
         return quarantined
@@ -450,21 +469,69 @@ class ZeekTables:
         *,
         staged: Sequence[tuple[str, str]] = (),
         schema: Any = None,
+        fast: bool = False,
     ) -> None:
+        """Append ``df`` (None: no rows through Spark) and the ``staged`` folders' files to
+        table ``name`` as batch ``batch_id``, once; ``fast``: a Delta or Iceberg table
+        committed by delta-rs or pyiceberg (the batch went through the stage job)."""
         fmt = self._format(spark)
-        if fmt == "delta":
-            (
+        if fast:
+            roots = list(staged)
+            if df is not None:  # rows the tasks left to Spark: its Parquet files too
+                roots.append(("spark", self._spark_files(df, name, batch_id)))
+            self._fast_table(spark, name).append(self.app_id, batch_id, roots, schema)
+            shutil.rmtree(os.path.join(self._state(), "spark-files", safe_name(name)), True)
+        elif fmt == "delta":
+            write = (
                 df.write.format("delta")
                 .mode("append")
                 .option("txnAppId", self.app_id)
                 .option("txnVersion", batch_id)
                 .option("mergeSchema", "true")
                 .partitionBy(DAY)
-                .saveAsTable(name)
             )
+            if is_path_table(name):  # delta.`/data/zeek/conn`: Spark saves it by its path
+                write.save(path_of(name))
+            else:
+                write.saveAsTable(name)
+        elif fmt == "iceberg":
+            append_once(spark, name, df, self.app_id, batch_id)
         else:
             self._marked(spark, name).append(df, batch_id, staged=staged, schema=schema)
-        refresh_everywhere(spark, name, self._sessions)
+        if not is_path_table(name):  # a path table is read from its log each time
+            refresh_everywhere(spark, name, self._sessions)
+
+    def _fast(self, spark: Any) -> bool:
+        """Whether the batch's tables take a fast path (files by the tasks, commits by
+        delta-rs or pyiceberg): Delta or Iceberg, not ``spark_writer``, the library there."""
+        fmt = self._format(spark)
+        if self.spark_writer or fmt not in FAST_FORMATS:
+            return False
+        if FAST_FORMATS[fmt]():
+            return True
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "%s tables written by Spark's writer: install broker-spark[%s] for the fast "
+                "path (the tasks' files committed by the format's Python library)",
+                fmt,
+                fmt,
+            )
+        return False
+
+    def _fast_table(self, spark: Any, name: str) -> DeltaFastTable | IcebergFastTable:
+        known = self._known.setdefault(name, TableMemory())
+        if self._format(spark) == "iceberg":
+            return IcebergFastTable(spark, name, self._state(), known)
+        return DeltaFastTable(spark, name, self._state(), known)
+
+    def _spark_files(self, df: Any, name: str, batch_id: int) -> str:
+        """Spark's Parquet files of ``df`` for batch ``batch_id`` of table ``name``, in a
+        folder under the checkpoint (kept from an earlier attempt that finished them)."""
+        folder = os.path.join(self._state(), "spark-files", safe_name(name), f"batch-{batch_id}")
+        if not os.path.exists(os.path.join(folder, "_SUCCESS")):
+            df.write.mode("overwrite").format("parquet").partitionBy(DAY).save(folder)
+        return folder
 
     def _marked(self, spark: Any, name: str) -> MarkedTable:
         known = self._known.setdefault(name, TableMemory())
