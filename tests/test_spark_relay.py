@@ -56,8 +56,8 @@ class Relay:
                 spool.get("bytes"),
                 None,
                 spool.get("readers", {}),
-                segment_bytes=spool.get("segment_bytes"),
-                compression=spool.get("compression", "zstd"),
+                # only what a test sets: the rest are SpoolSettings' own defaults
+                **{k: spool[k] for k in ("segment_bytes", "compression") if k in spool},
             )
         )
         self.endpoint = broker.Endpoint(config)
