@@ -39,7 +39,7 @@ test-slow: $(STAMP) $(KAFKA_STAMP)
 # tables, zeekctl's layout, events both ways (proxy, relay, WebSocket API), the Broker backend
 # (tests/live/). Fails, never skips, without a Zeek; CI runs it after `make test-slow`.
 test-live: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 -m live tests/live
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 -m "live and not lake" tests/live
 
 # The connector beyond one process, each in a pytest process of its own (a classic driver
 # and a Spark Connect client cannot share one): a Spark standalone cluster (a master and two

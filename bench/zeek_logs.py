@@ -575,8 +575,6 @@ def main() -> None:
         lake = tempfile.mkdtemp(prefix="bench-lake-")
         spark = _session(_lake_conf(lake) if args.lake else None)
         try:
-            if args.lake:  # Spark's JDBC catalog makes its SQLite file before pyiceberg
-                spark.sql("SHOW NAMESPACES IN lake").collect()
             bench_tables(spark, 20_000, 1, args.lake)  # warms the JVM and the paths: not measured
             results["tables"] = bench_tables(
                 spark, 100_000 if args.quick else 1_000_000, 1 if args.quick else 2, args.lake

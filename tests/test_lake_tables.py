@@ -92,6 +92,29 @@ def test_delta_tables_hold_the_parquet_paths_rows_of_every_recording(spark, db, 
             assert table.metadata().partition_columns == ["day"]
             protocol = table.protocol()
             assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+        _skips_files_rightly(spark, f"{db}.{key}_parquet_conn", delta_path(tmp_path, key, "conn"))
+        assert (
+            DeltaTable(f"{tmp_path}/delta/{key}/conn").get_add_actions(True)["min.ts"].null_count
+            == 0
+        )
+
+
+def _skips_files_rightly(spark: Any, parquet: str, delta: str) -> None:  # noqa: F811
+    """Delta's reader, skipping files by the fast path's statistics, finds what the Parquet
+    table holds for predicates on each row's own time and uid (a bound rounded the wrong way
+    would lose the rows at the edges)."""
+    rows = spark.table(parquet).select("ts", "uid", "id").collect()
+    probes = sorted(rows, key=lambda r: r.ts)
+    for r in {probes[0], probes[len(probes) // 2], probes[-1]}:
+        for where in (
+            f"ts = '{r.ts.isoformat()}'",
+            f"ts >= '{r.ts.isoformat()}'",
+            f"ts <= '{r.ts.isoformat()}'",
+            f"uid = '{r.uid}'",
+            f"id.orig_p = {r.id.orig_p}",
+        ):
+            want = spark.table(parquet).where(where).count()
+            assert want > 0 and spark.table(delta).where(where).count() == want, where
 
 
 def test_a_delta_catalog_table_gains_zeek_columns_and_is_fresh(spark, db, tmp_path) -> None:  # noqa: F811

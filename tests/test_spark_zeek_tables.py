@@ -4,8 +4,8 @@ The micro-batches are what the stream gives (``format=zeek-logs`` rows with the
 columns in force, converted from a real Zeek's recorded messages as executors
 convert them) handed to the batch writer as ``foreachBatch`` would, and, at the
 end, a real streaming query from a relay. Tables live in a database of the
-test's own folder (Spark's own table format: the marker protocol; Delta's jars
-cannot be fetched here). Zeek's own JSON logs of the recorded runs are the
+test's own folder (Spark's own table format: the marker protocol; Delta and
+Iceberg through their connectors are test_lake_tables.py's). Zeek's own JSON logs of the recorded runs are the
 oracle, read with ``read_zeek_json`` into the same typed columns.
 """
 

@@ -36,10 +36,11 @@ ROUND_1 = (TRACES / "bro.org.pcap", TRACES / "smtp.pcap")
 ROUND_2 = (TRACES / "wikipedia.pcap", TRACES / "ecdhe.pcap")
 
 
-def tables_query(spark: Any, site: Site, db: str) -> Any:
+def tables_query(spark: Any, site: Site, db: str, table_format: str = "parquet") -> Any:
     """docs/how-to/databricks.md's query cell, run as written but for where things are here: the
-    relays, the reader's certificate, the checkpoint, the database, and Parquet for Delta
-    (Delta's jars cannot be fetched on these machines)."""
+    relays, the reader's certificate, the checkpoint, the database, and the tables' format
+    (``parquet`` here, whose PySpark has no Delta connector; ``delta`` in
+    test_zeromq_delta.py, with the connector) by the fast path (no Unity Catalog here)."""
     certs = site.certs
     code = replace_all(
         snippet("how-to/databricks.md", "tables-query"),
@@ -53,7 +54,7 @@ def tables_query(spark: Any, site: Site, db: str) -> Any:
             "/Volumes/main/zeek/state/checkpoints/tables": str(site.folder / "checkpoint"),
             '"main.zeek.{path}"': f'"{db}.{{path}}"',
             '"main.zeek.quarantine"': f'"{db}.quarantine"',
-            'table_format="delta"': 'table_format="parquet"',
+            'table_format="delta"': f'table_format="{table_format}"',
             "spark_writer=True,  # Unity Catalog managed tables: Spark's Delta writer": "",
         },
     )
@@ -71,8 +72,10 @@ def managers_own_logs(spark: Any, db: str) -> bool:
     return spark.table(f"{db}.cluster").where("node = 'manager'").count() > 0
 
 
-def run_the_query(spark: Any, site: Site, db: str, expected: dict[str, int]) -> None:
-    query = tables_query(spark, site, db)
+def run_the_query(
+    spark: Any, site: Site, db: str, expected: dict[str, int], table_format: str = "parquet"
+) -> None:
+    query = tables_query(spark, site, db, table_format)
     try:
         wait_for_tables(spark, db, expected)
         wait_for(lambda: managers_own_logs(spark, db), 60, "the manager's own cluster log")

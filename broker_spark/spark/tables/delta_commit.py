@@ -10,7 +10,8 @@ implementation of Delta's log, instead of a hand-written one:
   writes them) under names made from the batch, after their list is saved, so a
   batch interrupted between the move and the commit commits the same files on
   its retry;
-* one commit per table and batch adds them, carrying Delta's transaction
+* one commit per table and batch adds them, each with its statistics from its
+  footer (:mod:`.delta_stats`: readers skip files by them), carrying Delta's transaction
   (``txn``: app id = the query's identity, version = the batch id) as Spark's
   ``txnAppId``/``txnVersion`` do, so a batch whose version the table holds
   already commits nothing;
@@ -35,9 +36,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from broker_spark.spark.tables.batch_files import forget_through, place_batch_files
+from broker_spark.spark.tables.delta_stats import INDEXED_COLUMNS, file_stats
 from broker_spark.spark.tables.markers import (
     TableMemory,
     ZeekTableError,
@@ -112,7 +112,12 @@ class DeltaFastTable:
             return False
         self._add_columns(table, schema)
         files = place_batch_files(plan_file, batch_id, staged, location)
-        actions = [_add_action(location, relative) for relative in files]
+        indexed = int(
+            table.metadata().configuration.get(
+                "delta.dataSkippingNumIndexedCols", str(INDEXED_COLUMNS)
+            )
+        )
+        actions = [_add_action(location, relative, schema, indexed) for relative in files]
         properties = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
         table = DeltaTable(location)
         table.create_write_transaction(
@@ -190,9 +195,9 @@ class DeltaFastTable:
             log.info("Delta table %s gained %s", self.name, ", ".join(f.name for f in new))
 
 
-def _add_action(location: str, relative: str) -> Any:
-    """Delta's add action of a file in the table (its day from its folder, its row count
-    from its footer as the file's stats)."""
+def _add_action(location: str, relative: str, schema: Any, indexed: int) -> Any:
+    """Delta's add action of a file in the table (its day from its folder, its stats from
+    its footer: :mod:`.delta_stats`)."""
     from deltalake.transaction import AddAction  # the [delta] extra
 
     path = os.path.join(location, relative)
@@ -202,12 +207,11 @@ def _add_action(location: str, relative: str) -> Any:
     if folder.startswith(f"{DAY}="):
         day = folder.split("=", 1)[1]
         day = None if day == NO_DAY else day
-    rows = pq.read_metadata(path).num_rows
     return AddAction(
         relative,
         info.st_size,
         {DAY: day},
         int(info.st_mtime * 1000) or int(time.time() * 1000),
         True,
-        json.dumps({"numRecords": rows}),
+        json.dumps(file_stats(path, schema, indexed)),
     )

@@ -46,6 +46,8 @@ _EPOCH = dt.date(1970, 1, 1)
 _NAME_MAPPING = "schema.name-mapping.default"
 #: The catalogs loaded in this driver, by name and properties (see _catalog).
 _CATALOGS: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+#: The Spark application's settings, by its id: read once (a few hundred py4j calls).
+_APP_SETTINGS: dict[str, dict[str, str]] = {}
 #: Held around each catalog call of this driver's writers: a writer commits its tables from
 #: threads, and a catalog over SQLite takes one writer at a time ("database is locked").
 _LOCK = threading.RLock()
@@ -115,13 +117,19 @@ class IcebergFastTable:
         self.catalog_name, self.namespace, self.table_name = parts
         self.state = os.path.join(state, "iceberg", safe_name(name))
         self.known = known
+        #: The table as :meth:`types` loaded it for the batch :meth:`append` then commits.
+        self._loaded: Any = None
 
     def _catalog(self) -> Any:
         """The catalog, loaded once per its properties: a writer's tables are committed by
         threads at once, and a SQL catalog makes its own tables when loaded."""
         from pyiceberg.catalog import load_catalog  # the [iceberg] extra
 
-        settings = dict(self.spark.sparkContext.getConf().getAll())
+        context = self.spark.sparkContext
+        app = context.applicationId
+        if app not in _APP_SETTINGS:
+            _APP_SETTINGS[app] = dict(context.getConf().getAll())
+        settings = dict(_APP_SETTINGS[app])
         for key in ("type", "catalog-impl", "uri", "warehouse"):  # the session's own, if set
             full = f"spark.sql.catalog.{self.catalog_name}.{key}"
             value = self.spark.conf.get(full, None)
@@ -145,8 +153,9 @@ class IcebergFastTable:
             return None
 
     def types(self) -> dict[str, Any]:
-        """The table's columns as Spark types, by name (none before the table exists)."""
-        table = self._table()
+        """The table's columns as Spark types, by name (none before the table exists); the
+        table loaded here is the one the batch's :meth:`append` commits to."""
+        table = self._loaded = self._table()
         if table is None:
             return {}
         return {f.name: f.dataType for f in self.spark.table(self.name).schema.fields}
@@ -166,7 +175,8 @@ class IcebergFastTable:
         from pyiceberg.typedef import Record
 
         plan_file = os.path.join(self.state, f"batch-{batch_id}.json")
-        table = self._table()
+        table = self._loaded if self._loaded is not None else self._table()
+        self._loaded = None  # the next batch loads it again (others may commit between)
         if table is not None and _committed(table, app_id) >= batch_id:
             log.info("batch %d is in Iceberg table %s already: skipped", batch_id, self.name)
             forget_through(self.state, batch_id)
@@ -180,8 +190,10 @@ class IcebergFastTable:
         metadata = table.metadata
         stats_plan = compute_statistics_plan(table.schema(), metadata.properties)
         mapping = parquet_path_to_id_mapping(table.schema())
+        mapping_text = table.schema().name_mapping.model_dump_json()
         with _LOCK, table.transaction() as tx:
-            tx.set_properties({_NAME_MAPPING: table.schema().name_mapping.model_dump_json()})
+            if metadata.properties.get(_NAME_MAPPING) != mapping_text:
+                tx.set_properties({_NAME_MAPPING: mapping_text})
             summary = {APP_ID: app_id, BATCH_ID: str(batch_id)}
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as adding:
                 for relative in files:

@@ -176,6 +176,8 @@ class ZeekTables:
     _warned: bool = field(default=False, repr=False)
     #: JVM sessions that read the tables (the query's own), refreshed after each commit.
     _sessions: list[Any] = field(default_factory=list, repr=False, compare=False)
+    #: The fast paths' committers, by table (they hold the batch's session).
+    _fast_tables: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if "{path}" not in self.table:
@@ -187,6 +189,7 @@ class ZeekTables:
         """Pickled (Spark Connect ships the writer to the server): without JVM sessions."""
         state = dict(self.__dict__)
         state["_sessions"] = []
+        state["_fast_tables"] = {}
         return state
 
     def fresh_in(self, spark: Any) -> ZeekTables:
@@ -520,10 +523,14 @@ class ZeekTables:
         return False
 
     def _fast_table(self, spark: Any, name: str) -> DeltaFastTable | IcebergFastTable:
-        known = self._known.setdefault(name, TableMemory())
-        if self._format(spark) == "iceberg":
-            return IcebergFastTable(spark, name, self._state(), known)
-        return DeltaFastTable(spark, name, self._state(), known)
+        """Table ``name``'s committer, one a table and session (a batch's ``types`` and
+        ``append`` share what the library loaded)."""
+        found = self._fast_tables.get(name)
+        if found is None or found.spark is not spark:
+            known = self._known.setdefault(name, TableMemory())
+            kind = IcebergFastTable if self._format(spark) == "iceberg" else DeltaFastTable
+            found = self._fast_tables[name] = kind(spark, name, self._state(), known)
+        return found
 
     def _spark_files(self, df: Any, name: str, batch_id: int) -> str:
         """Spark's Parquet files of ``df`` for batch ``batch_id`` of table ``name``, in a
