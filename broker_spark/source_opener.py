@@ -7,7 +7,7 @@ Three callers open the same sources with different policies:
   source cannot be opened, naming the option at fault;
 * a command's client (``cli/client_endpoint``) retries until its ``--wait`` runs out,
   then says why it could not connect;
-* a relay node (``cli/node_sources``) runs for months: a source that is down when it
+* a relay node (``node/sources``) runs for months: a source that is down when it
   starts is retried in the background, and only a wrong setting stops it.
 
 So each attempt here either opens the source or raises a :class:`SourceError` saying

@@ -291,7 +291,7 @@ def test_the_node_takes_reader_limits_from_flags_and_the_file(tmp_path: Path, ce
     assert refused.returncode == 2 and "needs mutual TLS" in refused.stderr
     bad = run_command("node", *spool, "--reader", "no-equals-sign")
     assert bad.returncode == 2 and "NAME=PREFIX" in bad.stderr
-    from broker_spark.cli.node_config import load_node_config
+    from broker_spark.node.settings import load_node_config
 
     conf = tmp_path / "node.toml"
     conf.write_text('[spool]\ndir = "s"\n[spool.readers]\ndns = ["zeek/dns/"]\n"*" = []\n')

@@ -136,11 +136,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_exposure(args: argparse.Namespace) -> None:
-    """The node's rule (:mod:`broker_spark.cli.exposure`): who may send us logs off loopback
+    """The node's rule (:mod:`broker_spark.node.exposure`): who may send us logs off loopback
     must be authenticated, unless ``--allow-anonymous``."""
-    from broker_spark.cli.exposure import check_exposure
-    from broker_spark.cli.node_config import NodeSettings
     from broker_spark.config import TLSSettings
+    from broker_spark.node.exposure import check_exposure
+    from broker_spark.node.settings import NodeSettings
     from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
 
     curve = None

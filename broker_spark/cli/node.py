@@ -17,36 +17,69 @@ import argparse
 import logging
 import os
 import threading
-import time
 from typing import Any
 
-from broker_spark.cli.args import (
-    add_tls_arguments,
-    check_tls,
-    host_port,
-    positive_float,
-    secret_text,
-    tls_flags,
-)
+from broker_spark.cli.args import add_tls_arguments, host_port, positive_float, tls_flags
 from broker_spark.cli.errors import CliError, UsageError
-from broker_spark.cli.exposure import check_exposure
-from broker_spark.cli.node_check import check, metrics_tls, say, where
-from broker_spark.cli.node_config import NodeSettings, StoreSpec, load_node_config
-from broker_spark.cli.node_sources import (
-    CURVE_FLAGS,
-    NodeSources,
-    add_source_arguments,
-    curve_keys,
+from broker_spark.cli.signals import stop_on_signals
+from broker_spark.node.settings import (
+    NodeSettings,
+    StoreSpec,
+    load_node_config,
+    secret_text,
+    size_value,
 )
-from broker_spark.source_opener import SourceError, SourceOpener
 
-__all__ = ["register", "run", "serve"]
-
-log = logging.getLogger("broker_spark.cli")
+__all__ = ["register", "run", "say", "settings_from"]
 
 #: Where the WebSocket server's and the metrics' bearer tokens come from without a flag.
 WEBSOCKET_TOKEN_ENV = "BROKER_SPARK_WEBSOCKET_TOKEN"
 METRICS_TOKEN_ENV = "BROKER_SPARK_METRICS_TOKEN"
+
+
+#: The CURVE flags, by the CurveKeys field each sets.
+CURVE_FLAGS = {
+    "curve_server_publickey": "server_publickey",
+    "curve_server_secretkey": "server_secretkey",
+    "curve_client_publickey": "client_publickey",
+    "curve_client_secretkey": "client_secretkey",
+}
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the sources beside peering (``node/sources.py``)."""
+    group = p.add_argument_group(
+        "Zeek's ZeroMQ backend and WebSocket API",
+        "Take logs as one of a Zeek cluster's loggers, events through its proxy or its "
+        "WebSocket API; with --spool they are kept for Spark readers (docs/how-to/zeek-cluster-zeromq.md).",
+    )
+    group.add_argument(
+        "--zeromq-logs",
+        metavar="ENDPOINT",
+        help="be a logger of a Zeek cluster on the ZeroMQ backend: a PULL socket bound here "
+        "(tcp://HOST:PORT); its logs go to --spool and/or --log-dir",
+    )
+    group.add_argument(
+        "--zeromq-proxy",
+        metavar="HOST",
+        help="take events of the --subscribe topics through the cluster's XPUB/XSUB proxy "
+        "(HOST, or tcp://HOST:5555,tcp://HOST:5556)",
+    )
+    group.add_argument(
+        "--websocket-peer",
+        action="append",
+        metavar="URL",
+        help="subscribe to the --subscribe topics at Zeek's WebSocket API (repeatable)",
+    )
+    for flag in CURVE_FLAGS:
+        secret = "secret" in flag
+        group.add_argument(
+            "--" + flag.replace("_", "-"),
+            metavar="@FILE" if secret else "KEY",
+            help=f"CURVE {flag.removeprefix('curve_').replace('_', ' ')} (Z85; a key that "
+            "starts with '-' goes after '=')"
+            + (", or @FILE to read it from a file" if secret else ""),
+        )
 
 
 def _master_spec(text: str) -> StoreSpec:
@@ -61,8 +94,6 @@ def _master_spec(text: str) -> StoreSpec:
 
 
 def _size(text: str) -> int:
-    from broker_spark.cli.relay_node import size_value
-
     try:
         return size_value(text)
     except ValueError as exc:
@@ -336,8 +367,6 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.cli.signals import stop_on_signals
-
     settings = settings_from(args)
     if settings.zeromq_logs and not settings.log_dir and not settings.spool_dir:
         raise CliError(
@@ -348,243 +377,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
     if args.log_level is None and settings.log_level:
         logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
+    # Here, not at the top: the node's modules (the endpoint, the spool, ZeroMQ, TLS) are
+    # most of what `broker-spark --help` would otherwise load (start-up time, measured).
+    from broker_spark.node.check import check
+    from broker_spark.node.serve import serve
+
     if args.check:
-        return check(settings)
+        for line in check(settings):
+            say(line)
+        return 0
     reload = threading.Event()
     with stop_on_signals(reload=reload) as stop:
-        serve(settings, stop, reload, lambda: settings_from(args))
+        serve(settings, stop, reload, lambda: settings_from(args), announce=say)
     return 0
 
 
-def serve(
-    settings: NodeSettings,
-    stop: threading.Event,
-    reload: threading.Event | None = None,
-    load: Any = None,
-) -> None:
-    """Start the endpoint as configured, announce it, run until ``stop`` is set, shut down;
-    whenever ``reload`` is set (SIGHUP), read the settings again with ``load()`` and take
-    the certificates, keys, limits and tokens that may change (:mod:`node_reload`)."""
-    from broker_spark.endpoint import Endpoint
-
-    config = settings.configuration()
-    check_tls(config)
-    for warning in check_exposure(settings, curve_keys(settings.curve)):
-        log.warning("%s", warning)
-    relay = _relay_node(settings)
-    endpoint = Endpoint(config)
-    sources = NodeSources(settings, endpoint, relay.counts if relay is not None else None)
-    logger = None
-    sink = None
-    metrics = None
-    planned = False
-    try:
-        errors = endpoint.make_status_subscriber()
-        say(f"node {endpoint.node_id()}")
-        if relay is not None:  # subscribed before any peering, as the log sink
-            relay.subscribe(endpoint)
-        zeromq_logs = sources.open_zeromq_logs()
-        if zeromq_logs is not None:
-            say(f"zeromq logs on {zeromq_logs.endpoint}")
-        for_files = zeromq_logs
-        if zeromq_logs is not None and relay is not None:
-            if settings.log_dir:  # both keep every batch: one socket, two consumers
-                from broker_spark.spool.tee import Tee
-
-                tee = Tee(zeromq_logs)
-                relay.take_from(tee)
-                for_files = tee.second
-            else:
-                relay.take_from(zeromq_logs)
-        if settings.log_dir:  # subscribed before any peering: peers learn it in the handshake
-            sink = _log_sink(endpoint, settings, for_files)
-        if settings.forward:
-            endpoint.forward(settings.forward)
-        _attach_stores(endpoint, settings)
-        if settings.listen is not None:
-            try:
-                port = SourceOpener(endpoint, errors).listen(*settings.listen)
-            except SourceError as exc:
-                raise CliError(str(exc)) from None
-            say(f"listening on {where((settings.listen[0], port))}")
-            if relay is not None:
-                relay.watch(endpoint.listen_admission(port))
-        if settings.websocket is not None:
-            port = endpoint.web_socket_listen(
-                *settings.websocket, token=settings.websocket_token or None
-            )
-            if not port:
-                raise CliError(
-                    f"cannot serve the WebSocket API on {where(settings.websocket)} "
-                    "(address in use or not available?)"
-                )
-            say(f"websocket listening on {where((settings.websocket[0], port))}")
-            if relay is not None:
-                relay.watch(web_socket_admission(endpoint, port))
-        errors.reset()
-        # from here on, statuses and errors go to the log (and refusals into the counts)
-        logger = _StatusLogger(endpoint, relay.counts if relay is not None else None)
-        for peer in settings.peers:
-            log.info("peering with %s (redialling every %g s)", where(peer), settings.retry)
-            endpoint.peer_nosync(peer[0], peer[1], settings.retry)
-        sources.start(list(settings.spool_topics or settings.forward), settings.retry)
-        if relay is not None:
-            port = relay.start(_relay_tls(config))
-            if port is not None and settings.relay is not None:
-                say(f"relay listening on {where((settings.relay[0], port))}")
-            if settings.metrics is not None:
-                metrics = _metrics(relay, settings, metrics_tls(settings))
-                relay.watch(metrics.admission)
-                scheme = "https" if metrics.tls else "http"
-                say(
-                    f"metrics listening on {where((settings.metrics[0], metrics.port))}"
-                    + (f" ({scheme})" if metrics.tls else "")
-                )
-        reloader = None
-        if load is not None:
-            from broker_spark.cli.node_reload import Reloader
-
-            reloader = Reloader(
-                load,
-                settings,
-                endpoint=endpoint,
-                relay=relay,
-                metrics=metrics,
-                receiver=zeromq_logs,
-                websocket_servers=lambda: _websocket_servers(endpoint),
-            )
-        say("ready")
-        while not stop.wait(0.5):
-            if reload is not None and reload.is_set():
-                reload.clear()
-                if reloader is not None:
-                    reloader.reload()
-        log.info("shutting down: taking nothing more, keeping what was read")
-        planned = True
-    finally:
-        if planned:
-            _planned_stop(endpoint, sources, relay)
-        if metrics is not None:
-            metrics.close()
-        if logger is not None:
-            logger.stop()
-        sources.stop()
-        if sink is not None:
-            sink.stop()
-        if relay is not None:
-            relay.stop(READER_GRACE if planned else 0.0)
-        endpoint.shutdown()
-
-
-#: Seconds a planned stop gives the sources to hand over and the spool to take what they
-#: hold, and readers to finish their current fetch: within STOP_BOUND in all.
-DRAIN_TIMEOUT = 20.0
-READER_GRACE = 5.0
-#: What a planned stop takes at most, as docs/relay.md states it (the rest: closing).
-STOP_BOUND = DRAIN_TIMEOUT + READER_GRACE + 5.0
-
-
-def _planned_stop(endpoint: Any, sources: Any, relay: Any) -> None:
-    """SIGTERM or SIGINT: every source stops taking from the network (the ZeroMQ PULL
-    unbinds, so Zeek's PUSH routes to the other loggers; peerings, WebSocket bridges and the
-    proxy end), what was read is appended and the spool synced; then readers get their
-    grace (:func:`serve` goes on). Logs what was read and kept."""
-    started = time.monotonic()
-    sources.stop_joining()
-    try:
-        endpoint.stop_taking()
-    except Exception as exc:  # never in the way of keeping what was read
-        log.warning("stopping the endpoint's peerings: %s", exc)
-    if relay is None:
-        return
-    receiver = sources.receiver
-    kept = relay.finish(DRAIN_TIMEOUT)
-    read = receiver.received if receiver is not None else None
-    log.info(
-        "stopped taking in %.2f s: %s; spool ends at offset %d%s",
-        time.monotonic() - started,
-        "everything read is appended and synced"
-        if kept
-        else f"could not append everything read within {DRAIN_TIMEOUT:g} s",
-        relay.service.spool.end_offset(),
-        f" ({read} ZeroMQ log messages read since start)" if read is not None else "",
-    )
-
-
-def _log_sink(endpoint: Any, settings: NodeSettings, source: Any) -> Any:
-    """``--log-dir``: the logs of the endpoint's log topics, or of ``source`` (ZeroMQ)."""
-    from broker_spark.cli.log_dir import LogDirectory, LogSink
-
-    directory = LogDirectory(settings.log_dir or "", settings.log_rotate)
-    sink = LogSink(endpoint, directory, settings.log_topics, source)
-    log.info(
-        "writing Zeek logs from %s into %s (%s)",
-        settings.zeromq_logs if source is not None else " ".join(settings.log_topics),
-        settings.log_dir,
-        f"rotated every {settings.log_rotate:g} s" if settings.log_rotate else "no rotation",
-    )
-    return sink
-
-
-def web_socket_admission(endpoint: Any, port: int) -> Any:
-    """The :class:`~broker_spark.admission.Admission` of the endpoint's WebSocket server."""
-    from broker_spark.websocket.manager import manager_for
-
-    return manager_for(endpoint).servers[port].admission
-
-
-def _metrics(relay: Any, settings: NodeSettings, tls: Any) -> Any:
-    from broker_spark.spool.metrics import MetricsServer
-
-    address = settings.metrics
-    assert address is not None
-    try:
-        return MetricsServer(
-            relay.status,
-            *address,
-            token=settings.metrics_token or None,
-            tls=tls,
-            per_address=settings.connections_per_address,
-        )
-    except OSError as exc:
-        raise CliError(f"cannot serve the metrics on {where(address)}: {exc}") from None
-
-
-def _websocket_servers(endpoint: Any) -> list[Any]:
-    from broker_spark.websocket.manager import manager_for
-
-    return list(manager_for(endpoint).servers.values())
-
-
-def _relay_node(settings: NodeSettings) -> Any:
-    """The spool and relay of ``--spool`` (None without it)."""
-    if not settings.spool_dir:
-        if settings.spool_topics:
-            raise UsageError("--subscribe is for the spool: give --spool DIR too")
-        return None
-    from broker_spark.cli.relay_node import RelayNode, SpoolSettings
-
-    if settings.spool_readers and (settings.tls.disable_ssl or not settings.tls.authenticated):
-        raise UsageError(
-            "--reader limits readers by the name in their certificate: it needs mutual TLS "
-            "(--cert, --key and --ca)"
-        )
-    return RelayNode(
-        SpoolSettings(
-            settings.spool_dir,
-            list(settings.spool_topics),
-            settings.relay,
-            settings.spool_retention_bytes,
-            settings.spool_retention_seconds,
-            dict(settings.spool_readers),
-            settings.spool_segment_bytes,
-            settings.spool_min_free_bytes,
-            settings.spool_fsync,
-            settings.spool_compression,
-            settings.relay_compression,
-            settings.connections_per_address,
-        )
-    )
+def say(line: str) -> None:
+    """A line for scripts, on stdout at once (``node <id>``, ..., ``ready``)."""
+    print(line, flush=True)
 
 
 def _reader_grant(text: str) -> tuple[str, tuple[str, ...]]:
@@ -593,87 +403,3 @@ def _reader_grant(text: str) -> tuple[str, tuple[str, ...]]:
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=PREFIX[,PREFIX...]")
     return name.strip(), tuple(p.strip() for p in prefixes.split(",") if p.strip())
-
-
-def _relay_tls(config: Any) -> Any:
-    """The relay's server TLS context: the node's own TLS settings (None: plain TCP)."""
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
-
-    contexts = make_contexts(TLSSettings.of(config))
-    return contexts.server if contexts is not None else None
-
-
-def _attach_stores(endpoint: Any, settings: NodeSettings) -> None:
-    from broker_spark.config import Backend
-
-    for spec in settings.masters:
-        if spec.backend == "sqlite":
-            endpoint.attach_master(spec.name, Backend.SQLite, {"path": spec.path})
-        else:
-            endpoint.attach_master(spec.name, Backend.Memory)
-        log.info(
-            "master of store %s (%s%s)",
-            spec.name,
-            spec.backend,
-            f" at {spec.path}" if spec.path else "",
-        )
-    for name in settings.clones:
-        endpoint.attach_clone(name)
-        log.info("clone of store %s", name)
-
-
-#: Errors that mean a peer's connection or message was turned away (what a relay counts).
-_REFUSALS = {
-    "peer_invalid": "connection",
-    "peer_incompatible": "connection",
-    "peer_disconnect_during_handshake": "connection",
-    "invalid_message": "undecodable",
-    "deserialization_failed": "undecodable",
-}
-
-
-class _StatusLogger:
-    """Logs the endpoint's statuses (INFO) and errors (WARNING) from a thread of its own;
-    with ``counts`` (a relay's), counts each refused connection or message of a peer."""
-
-    def __init__(self, endpoint: Any, counts: Any = None) -> None:
-        self._counts = counts
-        self._sub = endpoint.make_status_subscriber(receive_statuses=True)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-spark-status", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from broker_spark.errors import BrokerError
-        from broker_spark.status import Error
-
-        while not self._stop.is_set():
-            try:
-                items = self._sub.get(64, 0.2)
-            except BrokerError:
-                return  # the endpoint shut down
-            for item in items:
-                log_status(item)
-                if self._counts is not None and isinstance(item, Error):
-                    reason = _REFUSALS.get(item.code().snake_name)
-                    if reason is not None:
-                        self._counts.refused("broker", reason)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-
-
-def log_status(item: Any) -> None:
-    """One status or error as one log line."""
-    from broker_spark.status import Error
-
-    if isinstance(item, Error):
-        log.warning("%s: %s", item.code().snake_name, item.message())
-        return
-    words = "".join(" " + c.lower() if c.isupper() else c for c in item.code().name).strip()
-    ctx = item.context()
-    where = f" at {ctx.network}" if ctx.network.is_set() else ""
-    detail = f" ({item.message()})" if item.message() else ""
-    log.info("%s: %s%s%s", words, ctx.node or "?", where, detail)

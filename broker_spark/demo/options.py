@@ -197,7 +197,7 @@ class Wiring:
             not is_loopback(host)
             and not (tls.authenticated and not tls.disable_ssl)
             and not options.allow_anonymous
-        ):  # the node's rule (cli/exposure.py): its store takes writes from any peer
+        ):  # the node's rule (node/exposure.py): its store takes writes from any peer
             raise DemoError(
                 f"--listen {options.listen} is reachable from other hosts and its peers are "
                 "not authenticated: anyone could write into the demo's store. Give "

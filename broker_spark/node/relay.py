@@ -1,4 +1,4 @@
-"""``broker-spark node --spool DIR --subscribe PREFIX...``: an always-on relay for readers.
+"""A node's spool and relay (``broker-spark node --spool DIR --subscribe PREFIX...``).
 
 The node appends what it receives to a durable spool (the stream reader's own
 format: dense offsets, segments, retention): every message on the subscribed
@@ -13,29 +13,19 @@ driver that crashed) misses nothing the relay kept. See ``docs/relay.md``.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.exits import CliError, UsageError
+from broker_spark.spool.relay_server import RelayServer
+from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.service import SpoolService
+from broker_spark.spool.spool import Spool, SpoolLockedError
 
-__all__ = ["DEFAULT_RELAY", "RelayNode", "size_value"]
+__all__ = ["RelayNode", "SpoolSettings"]
 
-log = logging.getLogger("broker_spark.cli")
-
-#: Where a relay serves readers unless told otherwise (next to Broker's 9999).
-DEFAULT_RELAY = ("127.0.0.1", 9998)
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def size_value(text: str) -> int:
-    """A size in bytes: ``1073741824``, ``512m``, ``1g``."""
-    raw = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = raw[-1:] if raw[-1:] in _UNITS and not raw[-1:].isdigit() else ""
-    number = raw[: len(raw) - len(unit)] if unit else raw
-    if not number.isdigit() or int(number) <= 0:
-        raise ValueError(f"{text!r} is not a size (such as 1073741824, 512m or 1g)")
-    return int(number) * _UNITS[unit]
+log = logging.getLogger("broker_spark.node")
 
 
 @dataclass
@@ -67,10 +57,6 @@ class RelayNode:
     """The spool, its subscription, its pump and its server, next to a node's endpoint."""
 
     def __init__(self, settings: SpoolSettings) -> None:
-        from broker_spark.spool.schema_history import LogSchemaHistory
-        from broker_spark.spool.service import SpoolService
-        from broker_spark.spool.spool import Spool, SpoolLockedError
-
         if not settings.topics:
             raise UsageError("--spool needs topics to keep: --subscribe PREFIX (repeatable)")
         self.settings = settings
@@ -131,8 +117,6 @@ class RelayNode:
     def _lag_seconds(self, committed: Any, end: int) -> float | None:
         """How long ago the first record a reader has not committed arrived (0 when it has
         committed everything; None when it committed nothing or retention dropped it)."""
-        import time
-
         if not isinstance(committed, int):
             return None
         if committed >= end:
@@ -145,8 +129,6 @@ class RelayNode:
 
     def start(self, tls: Any) -> int | None:
         """Start appending, and serve readers (TLS with ``tls``); the relay's bound port."""
-        from broker_spark.spool.relay_server import RelayServer
-
         self.service.start()
         spool = self.service.spool
         log.info(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker_spark.addresses import format_host_port, is_loopback, zeromq_bind_host
-from broker_spark.cli.errors import UsageError
+from broker_spark.exits import UsageError
 
 __all__ = ["OpenListener", "check_exposure", "open_listeners"]
 

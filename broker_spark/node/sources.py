@@ -23,14 +23,14 @@ it need not stand on a command line that every local user can read.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
 from typing import Any
 
-from broker_spark.cli.args import secret_text
-from broker_spark.cli.errors import CliError
+from broker_spark.addresses import without_credentials
+from broker_spark.exits import CliError
+from broker_spark.node.settings import secret_text
 from broker_spark.source_opener import (
     SourceError,
     SourceMisconfigured,
@@ -38,56 +38,15 @@ from broker_spark.source_opener import (
     SourceUnreachable,
     open_zeromq_logs,
 )
+from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
+from broker_spark.zeromq.proxy_address import ProxyAddressError, parse_zeromq_proxy
 
-__all__ = ["CURVE_FLAGS", "NodeSources", "add_source_arguments", "curve_keys"]
+__all__ = ["JOIN_RETRY", "NodeSources", "curve_keys"]
 
-log = logging.getLogger("broker_spark.cli")
-
-#: The CURVE flags, by the CurveKeys field each sets.
-CURVE_FLAGS = {
-    "curve_server_publickey": "server_publickey",
-    "curve_server_secretkey": "server_secretkey",
-    "curve_client_publickey": "client_publickey",
-    "curve_client_secretkey": "client_secretkey",
-}
+log = logging.getLogger("broker_spark.node")
 
 #: Seconds between attempts to join a ZeroMQ proxy that is not (or no longer) joined.
 JOIN_RETRY = 5.0
-
-
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group(
-        "Zeek's ZeroMQ backend and WebSocket API",
-        "Take logs as one of a Zeek cluster's loggers, events through its proxy or its "
-        "WebSocket API; with --spool they are kept for Spark readers (docs/how-to/zeek-cluster-zeromq.md).",
-    )
-    group.add_argument(
-        "--zeromq-logs",
-        metavar="ENDPOINT",
-        help="be a logger of a Zeek cluster on the ZeroMQ backend: a PULL socket bound here "
-        "(tcp://HOST:PORT); its logs go to --spool and/or --log-dir",
-    )
-    group.add_argument(
-        "--zeromq-proxy",
-        metavar="HOST",
-        help="take events of the --subscribe topics through the cluster's XPUB/XSUB proxy "
-        "(HOST, or tcp://HOST:5555,tcp://HOST:5556)",
-    )
-    group.add_argument(
-        "--websocket-peer",
-        action="append",
-        metavar="URL",
-        help="subscribe to the --subscribe topics at Zeek's WebSocket API (repeatable)",
-    )
-    for flag in CURVE_FLAGS:
-        secret = "secret" in flag
-        group.add_argument(
-            "--" + flag.replace("_", "-"),
-            metavar="@FILE" if secret else "KEY",
-            help=f"CURVE {flag.removeprefix('curve_').replace('_', ' ')} (Z85; a key that "
-            "starts with '-' goes after '=')"
-            + (", or @FILE to read it from a file" if secret else ""),
-        )
 
 
 def _key_value(field: str, value: str) -> str:
@@ -104,8 +63,6 @@ def _key_value(field: str, value: str) -> str:
 def curve_keys(given: dict[str, str]) -> Any:
     """The CURVE keys in force: ``given`` (flags and the file, by CurveKeys field; secret
     keys may be ``@FILE``) or Zeek's environment variables; CliError when they are wrong."""
-    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
-
     values = {name: _key_value(name, value) for name, value in given.items() if value}
     try:
         return CurveKeys.resolve(CurveKeys(**values) if values else None)
@@ -127,9 +84,10 @@ class NodeSources:
         self._joiner: threading.Thread | None = None
         self._proxy: tuple[str, str] | None = None
         if settings.zeromq_proxy:
-            from broker_spark.cli.client_endpoint import parse_proxy
-
-            self._proxy = parse_proxy(settings.zeromq_proxy)
+            try:
+                self._proxy = parse_zeromq_proxy(settings.zeromq_proxy, "--zeromq-proxy")
+            except ProxyAddressError as exc:
+                raise CliError(str(exc)) from None
 
     # --- the logger's PULL socket ---------------------------------------------------------
 
@@ -162,8 +120,6 @@ class NodeSources:
 
     def start(self, topics: list[str], retry: float) -> None:
         """Join the proxy (retrying, from a thread) and bridge to each WebSocket API."""
-        from broker_spark.addresses import without_credentials
-
         for url in self.settings.websocket_peers:
             shown = without_credentials(url)
             log.info("subscribing at the WebSocket API %s (redialling every %g s)", shown, retry)
@@ -182,8 +138,6 @@ class NodeSources:
         if self._proxy is None:
             return
         if self.curve is not None and self.curve.any:
-            from broker_spark.zeromq.curve import CurveConfigError
-
             try:  # checked here too, so a wrong key stops the node at its start
                 self.curve.require_client()
             except CurveConfigError as exc:

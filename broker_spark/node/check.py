@@ -1,36 +1,37 @@
-"""``broker-spark node --check``: a node's configuration read and checked without starting.
+"""A node's settings read and checked without starting (``broker-spark node --check``).
 
-Everything :func:`broker_spark.cli.node.serve` reads before it binds (the TOML and
+Everything :func:`broker_spark.node.run.serve` reads before it binds (the TOML and
 flags, TLS files, CURVE keys, tokens, the spool's folder, the metrics' TLS) is read
 here the same way, so a systemd unit's ``ExecStartPre`` or an operator's edit fails
-before a running relay is stopped for it. The node's start uses :func:`metrics_tls`,
-:func:`where` and :func:`say` too.
+before a running relay is stopped for it. The node's start uses :func:`metrics_tls`
+and :func:`where` too. What it finds comes back as lines; the command prints them.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 from typing import Any
 
 from broker_spark.addresses import format_host_port
-from broker_spark.cli.args import check_tls
-from broker_spark.cli.errors import CliError, UsageError
-from broker_spark.cli.exposure import check_exposure
-from broker_spark.cli.node_config import NodeSettings
-from broker_spark.cli.node_sources import curve_keys
+from broker_spark.config import TLSSettings
+from broker_spark.exits import CliError, UsageError
+from broker_spark.node.exposure import check_exposure
+from broker_spark.node.reload import metrics_context
+from broker_spark.node.settings import NodeSettings, check_tls
+from broker_spark.node.sources import curve_keys
+from broker_spark.tls import make_contexts
 
-__all__ = ["check", "check_folder", "metrics_tls", "say", "where"]
+__all__ = ["check", "check_folder", "metrics_tls", "where"]
 
 
-def check(settings: NodeSettings) -> int:
-    """``node --check``: everything :func:`broker_spark.cli.node.serve` reads before it binds, read and checked
-    (the TOML and flags, the options, TLS files, CURVE keys, tokens, the spool's folder and
-    the metrics' TLS); prints what would run, and raises CliError on the first fault."""
-    import ssl
-
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
-
+def check(settings: NodeSettings) -> list[str]:
+    """Everything :func:`broker_spark.node.run.serve` reads before it binds, read and
+    checked (the TOML and flags, the options, TLS files, CURVE keys, tokens, the spool's
+    folder and the metrics' TLS); the lines that say what would run (warnings first), or
+    CliError on the first fault."""
+    lines: list[str] = []
+    say = lines.append
     config = settings.configuration()
     check_tls(config)
     try:
@@ -72,7 +73,7 @@ def check(settings: NodeSettings) -> int:
             f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}, "
             f"compression {settings.spool_compression}, to readers {settings.relay_compression}"
         )
-    return 0
+    return lines
 
 
 def check_folder(path: str, what: str) -> None:
@@ -93,18 +94,8 @@ def where(address: tuple[str, int]) -> str:
     return format_host_port(*address)
 
 
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
 def metrics_tls(settings: NodeSettings) -> Any:
     """The metrics' TLS context (None: plain HTTP); CliError when its files do not load."""
-    import ssl
-
-    from broker_spark.cli.node_reload import metrics_context
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
-
     try:
         contexts = make_contexts(TLSSettings.of(settings.configuration()))
         return metrics_context(settings, contexts)

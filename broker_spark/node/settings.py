@@ -106,16 +106,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_spark.cli.args import HostPort, parse_host_port
-from broker_spark.cli.errors import UsageError
-from broker_spark.config import TLS_FILES, TLSSettings
+from broker_spark.addresses import HostPort, parse_host_port
+from broker_spark.config import TLS_FILES, BrokerOptions, TLSSettings
+from broker_spark.exits import UsageError
+from broker_spark.tls import TLSConfigError, make_contexts
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["ConfigError", "NodeSettings", "StoreSpec", "load_node_config", "LOG_LEVELS"]
+__all__ = [
+    "LOG_LEVELS",
+    "ConfigError",
+    "NodeSettings",
+    "StoreSpec",
+    "check_tls",
+    "load_node_config",
+    "secret_text",
+    "size_value",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("memory", "sqlite")
@@ -198,8 +208,6 @@ class NodeSettings:
 
     def configuration(self) -> Any:
         """The endpoint's Configuration; ConfigError for an impossible option value."""
-        from broker_spark.config import BrokerOptions
-
         per_address = self.connections_per_address
         extra = {"connections_per_address": per_address} if per_address is not None else {}
         try:
@@ -211,9 +219,41 @@ class NodeSettings:
 
 
 def _option_names() -> list[str]:
-    from broker_spark.config import BrokerOptions
-
     return sorted(n for n in vars(BrokerOptions()) if n != "disable_ssl")
+
+
+def secret_text(text: str, what: str = "--passphrase") -> str:
+    """A secret as given: the text itself, or ``@FILE`` for the contents of FILE (stripped),
+    which keeps it off the command line and out of the process list."""
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+
+
+def check_tls(config: Any) -> None:
+    """Load the certificates now, so a wrong path or passphrase is a usage error up front."""
+    if config.options.disable_ssl or not config.authenticated:
+        return
+    try:
+        make_contexts(TLSSettings.of(config, disable_ssl=False))
+    except TLSConfigError as exc:
+        raise UsageError(f"TLS: {exc}") from None
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size_value(text: str) -> int:
+    """A size in bytes: ``1073741824``, ``512m``, ``1g``."""
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in _UNITS and not raw[-1:].isdigit() else ""
+    number = raw[: len(raw) - len(unit)] if unit else raw
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"{text!r} is not a size (such as 1073741824, 512m or 1g)")
+    return int(number) * _UNITS[unit]
 
 
 _KIND_NAMES = {

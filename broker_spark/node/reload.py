@@ -16,12 +16,18 @@ named in the log and left as it was.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
+from broker_spark.config import TLSSettings
+from broker_spark.node.settings import check_tls
+from broker_spark.node.sources import curve_keys
+from broker_spark.tls import make_contexts
+
 __all__ = ["Reloader", "RESTART_ONLY"]
 
-log = logging.getLogger("broker_spark.cli")
+log = logging.getLogger("broker_spark.node")
 
 #: Settings a reload leaves as they were (a restart takes them), by the flag that sets them.
 RESTART_ONLY = {
@@ -86,11 +92,6 @@ class Reloader:
 
     def _make(self, new: Any) -> dict[str, Any]:
         """Everything the new settings need, loaded and checked (raises on the first fault)."""
-        from broker_spark.cli.args import check_tls
-        from broker_spark.cli.node_sources import curve_keys
-        from broker_spark.config import TLSSettings
-        from broker_spark.tls import make_contexts
-
         config = new.configuration()
         check_tls(config)
         old_tls = TLSSettings.of(self.current.configuration())
@@ -131,8 +132,6 @@ class Reloader:
 def metrics_context(settings: Any, contexts: Any) -> Any:
     """The metrics' server TLS context: its own certificate and key (``--metrics-cert``,
     ``--metrics-key``), the node's (``--metrics-tls``), or None (plain HTTP)."""
-    import ssl
-
     cert, key = settings.metrics_certificate, settings.metrics_key
     if cert or key:
         if not (cert and key):
@@ -148,8 +147,6 @@ def metrics_context(settings: Any, contexts: Any) -> Any:
             "--metrics-tls serves the node's certificate: give --cert, --key and --ca "
             "(or --metrics-cert and --metrics-key)"
         )
-    from broker_spark.config import TLSSettings
-
     tls = TLSSettings.of(settings.configuration())
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2

@@ -1,4 +1,4 @@
-"""``node --log-dir``: a remote logger for Zeek, one JSON log file per log path, rotated.
+"""A node's ``--log-dir``: a remote logger for Zeek, one JSON log file per log path, rotated.
 
 What a Zeek logger does with the logs of a cluster, read from Zeek's
 scripts and its ASCII writer (``Ascii::DoRotate``):
@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import IO, Any
 
+from broker_spark.errors import ShutdownError
+from broker_spark.zeek.log_lines import LogLines
+
 __all__ = ["DEFAULT_ROTATION", "LogDirectory", "LogSink", "next_rotation"]
 
-log = logging.getLogger("broker_spark.cli")
+log = logging.getLogger("broker_spark.node")
 
 #: Seconds between rotations by default, as a Zeek cluster's logger.
 DEFAULT_ROTATION = 3600.0
@@ -136,8 +139,6 @@ class LogSink:
     def __init__(
         self, endpoint: Any, directory: LogDirectory, topics: Iterable[str], source: Any = None
     ) -> None:
-        from broker_spark.zeek.log_lines import LogLines
-
         self.directory = directory
         self.lines = LogLines()
         self.written = 0
@@ -153,8 +154,6 @@ class LogSink:
         self._thread.start()
 
     def _run(self) -> None:
-        from broker_spark.errors import ShutdownError
-
         try:
             while True:
                 try:
