@@ -3,7 +3,7 @@ proxy and its loggers' PULL socket. One opener for every caller.
 
 Three callers open the same sources with different policies:
 
-* the Spark data source (``spark/runtime/connect``) fails a query at start when a
+* the Spark data source (``reader/connect``) fails a query at start when a
   source cannot be opened, naming the option at fault;
 * a command's client (``cli/client_endpoint``) retries until its ``--wait`` runs out,
   then says why it could not connect;

@@ -29,7 +29,7 @@ from broker_spark.cli import main
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.config import TLSSettings
 from broker_spark.data.msgpack_records import pack_record, unpack_records
-from broker_spark.spark.options import parse_reader_options
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spool.relay_client import RelayError, SpoolClient, served_topics
 from broker_spark.spool.relay_protocol import (

@@ -24,8 +24,8 @@ from broker_spark.addresses import without_credentials
 from broker_spark.cli import main
 from broker_spark.cli.args import PASSPHRASE_ENV, TLS_FLAGS, tls_flags
 from broker_spark.node.settings import NodeSettings
-from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.options.values import BrokerOptionError
+from broker_spark.reader.options import parse_reader_options
+from broker_spark.reader.options.values import BrokerOptionError
 from broker_spark.zeromq.curve import generate_keypair
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from broker_spark.config import Configuration
 from broker_spark.errors import BrokerError
-from broker_spark.spark.options import (
+from broker_spark.reader.options import (
     DEFAULT_RETENTION_BYTES,
     DEFAULT_SEGMENT_BYTES,
     BrokerOptionError,

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import broker_spark as broker
-from broker_spark.spark.options import BrokerOptionError, parse_reader_options
+from broker_spark.reader.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.read.parallelism import (
     MIN_RECORDS_PER_SPLIT,
     is_connect_session,

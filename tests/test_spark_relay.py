@@ -22,10 +22,10 @@ import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.node.relay import RelayNode, SpoolSettings, size_value
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable
-from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.read.stream import StreamReader, stream_reader
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool

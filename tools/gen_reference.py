@@ -11,7 +11,7 @@ its thing (``tests/test_reference.py`` runs the check):
   every subcommand and flag with its help, value and default;
 - ``config.md``: the keys a node configuration file may hold, as
   ``broker_spark.node.settings`` reads them, each described by that module's docstring;
-- ``spark-options.md``: ``broker_spark.spark.options.catalog``;
+- ``spark-options.md``: ``broker_spark.reader.options.catalog``;
 - ``metrics.md``: what ``broker_spark.spool.metrics.StatusCollector`` serves;
 - ``codes.md``: the command's exit statuses (``broker_spark.exits``), Broker's
   error and status codes (``broker_spark.errors.EC`` and ``SC``), each with the ``#:``
@@ -352,7 +352,7 @@ def config_page() -> str:
 
 
 def spark_options_page() -> str:
-    from broker_spark.spark.options import catalog
+    from broker_spark.reader.options import catalog
 
     body: list[str] = []
     for title, options in (

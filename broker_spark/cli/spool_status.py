@@ -120,7 +120,7 @@ def register(sub: Any) -> None:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from broker_spark.spark.runtime.receiver_attach import ReceiverError, stop_receiver
+    from broker_spark.reader.receiver_attach import ReceiverError, stop_receiver
 
     if not os.path.isdir(args.spool):
         raise CliError(f"{args.spool} is not a folder")
@@ -147,7 +147,7 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(str(exc)) from None
         status["owner"] = f"relay {host}:{port}"
         return status
-    from broker_spark.spark.runtime.receiver_attach import receiver_status
+    from broker_spark.reader.receiver_attach import receiver_status
 
     path = os.path.abspath(args.spool)
     if not os.path.isdir(path):

@@ -172,7 +172,7 @@ class Wiring:
     @classmethod
     def from_options(cls, options: DemoOptions) -> Wiring:
         """Check the network and TLS flags (before anything starts) and resolve them."""
-        from broker_spark.spark.options import parse_host_port, parse_writer_options
+        from broker_spark.reader.options import parse_host_port, parse_writer_options
 
         try:
             listen = parse_host_port(options.listen, "--listen", listen=True)

@@ -41,12 +41,12 @@ except ImportError as exc:  # PySpark 3.5 and earlier, or none: say what is need
     raise unsupported_pyspark() from exc
 from pyspark.sql.types import StructType
 
-from broker_spark.spark.compat import arrow_schema
-from broker_spark.spark.options import (
+from broker_spark.reader.options import (
     BrokerOptionError,
     parse_reader_options,
     parse_writer_options,
 )
+from broker_spark.spark.compat import arrow_schema
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.schema import default_ddl
 from broker_spark.spark.tables.stores import (

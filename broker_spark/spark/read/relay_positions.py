@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
+from broker_spark.reader.in_process import BrokerDataLossError, lost_before_checkpoint
+from broker_spark.reader.options import ReaderOptions, parse_host_port
+from broker_spark.reader.remote import RelayRuntime, RelaySet, reader_runtime
 from broker_spark.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
-from broker_spark.spark.options import ReaderOptions, parse_host_port
 from broker_spark.spark.read.offsets import RelayOffsets, fair_shares
 from broker_spark.spark.read.parallelism import plan_ranges
 from broker_spark.spark.read.partitions import SpoolPartition, with_schemas
-from broker_spark.spark.runtime.in_process import BrokerDataLossError, lost_before_checkpoint
-from broker_spark.spark.runtime.remote import RelayRuntime, RelaySet, reader_runtime
 
 if TYPE_CHECKING:
     from broker_spark.spark.read.rows import Rows

@@ -52,8 +52,10 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.options import ReaderOptions
+from broker_spark.reader.remote import Runtime, reader_runtime
 from broker_spark.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
-from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.read.local_executors import LocalExecutors, jvm_token
 from broker_spark.spark.read.offsets import SpoolOffset
 from broker_spark.spark.read.parallelism import plan_ranges
@@ -63,8 +65,6 @@ from broker_spark.spark.read.partitions import (
     SpoolPartition,
     with_schemas,
 )
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
-from broker_spark.spark.runtime.remote import Runtime, reader_runtime
 from broker_spark.spool.inline_frames import CompressedFrames
 from broker_spark.spool.segment import DataLossError
 

@@ -4,7 +4,7 @@ Where each method runs decides the design (REFERENCE.md section 3). The
 offset methods (``initialOffset``, ``latestOffset``, ``partitions``,
 ``commit``, ``prepareForTriggerAvailableNow``, ``stop``) run in one
 long-lived Python process on the driver per query run; the reader keeps a
-runtime there (:mod:`~broker_spark.spark.runtime.remote`: spool, endpoint,
+runtime there (:mod:`~broker_spark.reader.remote`: spool, endpoint,
 pump), started by the first of them. ``read`` runs on executors on a pickled
 copy, which never has a runtime: it only converts the partition it is given.
 
@@ -58,13 +58,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from broker_spark.reader.options import ReaderOptions
 from broker_spark.spark.compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.read.parallelism import MIN_RECORDS_PER_SPLIT, local_parallelism
 from broker_spark.spark.read.relay_positions import RelayPositions
 from broker_spark.spark.read.rows import LogRows, MessageRows, Rows

@@ -58,13 +58,13 @@ from broker_spark.data.json_codec import dumps_value, loads_value
 from broker_spark.data.types import timespan_ns
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
+from broker_spark.reader.connect import EndpointSettings, open_endpoint
+from broker_spark.reader.in_process import ReaderRuntime
+from broker_spark.reader.options import BrokerOptionError, ReaderOptions, WriterOptions
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
-from broker_spark.spark.options import BrokerOptionError, ReaderOptions, WriterOptions
 from broker_spark.spark.read.offsets import plan_partitions
 from broker_spark.spark.read.partitions import read_partition
 from broker_spark.spark.read.stream import StreamReader
-from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.runtime.in_process import ReaderRuntime
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL
 from broker_spark.zeek.script_types import ScriptType, parse_type
 from broker_spark.zeek.typed_values import convert

@@ -49,9 +49,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DeliveryError
+from broker_spark.reader.connect import EndpointSettings, open_endpoint
+from broker_spark.reader.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
-from broker_spark.spark.options import ConnectionOptions, WriterOptions
-from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint
 from broker_spark.spark.write.row_messages import BadRow, EncodedBatch, RowEncoder
 from broker_spark.websocket.verdicts import (
     Refusal,

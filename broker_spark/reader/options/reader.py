@@ -1,6 +1,6 @@
 """The options of the ``broker`` data source's readers: parsed once, checked together, named
-in errors (the writers' are :mod:`~broker_spark.spark.options.writer`, the ones both share
-:mod:`~broker_spark.spark.options.connection`; the package re-exports them all).
+in errors (the writers' are :mod:`~broker_spark.reader.options.writer`, the ones both share
+:mod:`~broker_spark.reader.options.connection`; the package re-exports them all).
 
 Spark hands a data source its options as strings in a case-insensitive dict
 with lower-cased keys (measured with pyspark 4.3); tests and direct callers
@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_spark.spark.options.connection import ConnectionOptions, parse_connection
-from broker_spark.spark.options.text import (
+from broker_spark.reader.options.connection import ConnectionOptions, parse_connection
+from broker_spark.reader.options.text import (
     FORMATS,
     MODES,
     READER_OPTIONS,
@@ -48,7 +48,7 @@ from broker_spark.spark.options.text import (
     seconds_option,
     split_option,
 )
-from broker_spark.spark.options.values import (
+from broker_spark.reader.options.values import (
     DEFAULT_WEBSOCKET_PATH,
     BrokerOptionError,
     HostPort,

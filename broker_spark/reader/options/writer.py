@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from broker_spark.spark.options.connection import ConnectionOptions, parse_connection
-from broker_spark.spark.options.text import (
+from broker_spark.reader.options.connection import ConnectionOptions, parse_connection
+from broker_spark.reader.options.text import (
     FORMATS,
     MODES,
     SHARED_OPTIONS,
@@ -25,7 +25,7 @@ from broker_spark.spark.options.text import (
     ZEEK_LOG_TOPIC,
     RawOptions,
 )
-from broker_spark.spark.options.values import BrokerOptionError, split_top_level
+from broker_spark.reader.options.values import BrokerOptionError, split_top_level
 
 if TYPE_CHECKING:
     from broker_spark.zeek.script_types import EventSignature

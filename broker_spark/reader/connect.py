@@ -5,7 +5,7 @@ endpoint per task) come here: build a :class:`Configuration` from the ``ssl.*``
 options, then ``listen``, ``peer`` and/or connect to a ``websocket`` API (each
 opened by :class:`~broker_spark.source_opener.SourceOpener`, the command's opener
 too). Any failure shuts the half-built endpoint down and raises
-:class:`~broker_spark.spark.options.BrokerOptionError` naming the option and
+:class:`~broker_spark.reader.options.BrokerOptionError` naming the option and
 what went wrong (the endpoint's own error status when it gave one), so a query
 fails at start with a message that says what to fix.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
+from broker_spark.reader.options import BrokerOptionError, ConnectionOptions
 from broker_spark.source_opener import SourceError, SourceOpener, open_zeromq_logs
-from broker_spark.spark.options import BrokerOptionError, ConnectionOptions
 
 __all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
 

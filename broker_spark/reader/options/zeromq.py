@@ -1,6 +1,6 @@
 """The ZeroMQ options of the ``broker`` data source: Zeek's ZeroMQ cluster backend.
 
-Kept apart from :mod:`~broker_spark.spark.options.reader` (which checks all options
+Kept apart from :mod:`~broker_spark.reader.options.reader` (which checks all options
 together and re-exports what is public here), so each stays small. The names
 follow Zeek's own options (``Cluster::Backend::ZeroMQ::...``). Where the proxy is
 (``zeromq.proxy``) is read as the command reads ``--zeromq-proxy``, by
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from broker_spark.spark.options.values import BrokerOptionError
+from broker_spark.reader.options.values import BrokerOptionError
 from broker_spark.zeromq.proxy_address import (
     ProxyAddressError,
     is_zeromq_endpoint,

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker_spark.config import TLSSettings
-from broker_spark.spark.options.text import SSL_FILES, RawOptions, split_option
-from broker_spark.spark.options.values import (
+from broker_spark.reader.options.text import SSL_FILES, RawOptions, split_option
+from broker_spark.reader.options.values import (
     BrokerOptionError,
     HostPort,
     WebSocketTarget,
     parse_host_port,
     parse_websocket,
 )
-from broker_spark.spark.options.zeromq import ZeroMQOptions, parse_zeromq
+from broker_spark.reader.options.zeromq import ZeroMQOptions, parse_zeromq
 
 if TYPE_CHECKING:
     from broker_spark.config import Configuration

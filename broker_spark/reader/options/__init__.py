@@ -9,11 +9,11 @@
 * :mod:`.writer`: the writers' options (:func:`parse_writer_options`).
 
 Every name callers use is importable from the package itself
-(``from broker_spark.spark.options import parse_reader_options``).
+(``from broker_spark.reader.options import parse_reader_options``).
 """
 
-from broker_spark.spark.options.connection import ConnectionOptions
-from broker_spark.spark.options.reader import (
+from broker_spark.reader.options.connection import ConnectionOptions
+from broker_spark.reader.options.reader import (
     DEFAULT_MAX_RECORDS_PER_PARTITION,
     DEFAULT_RETENTION_BYTES,
     DEFAULT_RETENTION_MS,
@@ -22,15 +22,15 @@ from broker_spark.spark.options.reader import (
     SpoolOptions,
     parse_reader_options,
 )
-from broker_spark.spark.options.values import (
+from broker_spark.reader.options.values import (
     DEFAULT_WEBSOCKET_PATH,
     BrokerOptionError,
     HostPort,
     WebSocketTarget,
     parse_host_port,
 )
-from broker_spark.spark.options.writer import WriterOptions, default_log_path, parse_writer_options
-from broker_spark.spark.options.zeromq import ZeroMQOptions, parse_zeromq_proxy
+from broker_spark.reader.options.writer import WriterOptions, default_log_path, parse_writer_options
+from broker_spark.reader.options.zeromq import ZeroMQOptions, parse_zeromq_proxy
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_PARTITION",

@@ -1,6 +1,6 @@
 """The values inside the ``broker`` data source's options: addresses, URLs, lists of types.
 
-Kept apart from :mod:`~broker_spark.spark.options.reader`, which checks the options
+Kept apart from :mod:`~broker_spark.reader.options.reader`, which checks the options
 together, so each stays small; that module re-exports what is public here.
 """
 

@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from broker_spark.spark.options import ReaderOptions
+from broker_spark.reader.options import ReaderOptions
 
 __all__ = [
     "INFO_FILE",

@@ -1,6 +1,6 @@
 """The stream reader's driver side when someone else owns the spool: a receiver, or a relay.
 
-Both offer what :class:`~broker_spark.spark.runtime.in_process.ReaderRuntime` offers
+Both offer what :class:`~broker_spark.reader.in_process.ReaderRuntime` offers
 the stream readers (``open_spool``, ``reconcile``, ``latest_start``,
 ``connect``, ``check``, ``committed``, ``close``; ``spool`` with
 ``start_offset``/``end_offset``/``read_packed``; ``history`` for Zeek logs),
@@ -25,14 +25,14 @@ from typing import Any
 
 from broker_spark.config import TLSSettings
 from broker_spark.errors import BrokerError
-from broker_spark.spark.options import HostPort, ReaderOptions
-from broker_spark.spark.runtime.in_process import (
+from broker_spark.reader.in_process import (
     RECONNECT_INTERVAL,
     BrokerDataLossError,
     ReaderRuntime,
     lost_before_checkpoint,
 )
-from broker_spark.spark.runtime.receiver_attach import ReceiverLink
+from broker_spark.reader.options import HostPort, ReaderOptions
+from broker_spark.reader.receiver_attach import ReceiverLink
 from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.segment import DataLossError

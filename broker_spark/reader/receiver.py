@@ -23,7 +23,7 @@ retention, and stops after ``receiver.idleTimeout`` with no reader attached
 SIGINT. A reader whose options differ from the receiver's is refused with
 the options named.
 
-Started as ``python -m broker_spark.spark.runtime.receiver SPOOLPATH --detach``:
+Started as ``python -m broker_spark.reader.receiver SPOOLPATH --detach``:
 the start request (the reader's options) comes on stdin, one JSON line; the
 answer (``{"ready": ...}`` or ``{"error": ...}``) goes to stdout, one JSON
 line, after which stdout is closed. ``--detach`` forks once more so the
@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker_spark.errors import BrokerError
-from broker_spark.spark.runtime.receiver_files import (
+from broker_spark.reader.receiver_files import (
     INFO_FILE,
     LOG_FILE,
     identity_of,
@@ -115,9 +115,9 @@ def _log_to(path: str) -> None:
 
 def run(spool_path: str, request: Mapping[str, Any]) -> int:
     """Own ``spool_path`` as ``request`` says, until idle, stopped or signalled."""
-    from broker_spark.spark.options import parse_reader_options
-    from broker_spark.spark.runtime.connect import EndpointSettings
-    from broker_spark.spark.runtime.in_process import ReaderRuntime
+    from broker_spark.reader.connect import EndpointSettings
+    from broker_spark.reader.in_process import ReaderRuntime
+    from broker_spark.reader.options import parse_reader_options
     from broker_spark.spool.relay_server import RelayServer
     from broker_spark.spool.spool import SpoolLockedError
 
@@ -223,9 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     detach = "--detach" in args
     args = [a for a in args if a != "--detach"]
     if len(args) != 1:
-        sys.stderr.write(
-            "usage: python -m broker_spark.spark.runtime.receiver SPOOLPATH [--detach]\n"
-        )
+        sys.stderr.write("usage: python -m broker_spark.reader.receiver SPOOLPATH [--detach]\n")
         return 2
     if detach and os.fork() > 0:
         os._exit(0)  # the starter reaps this one; the receiver goes on as an orphan

@@ -1,6 +1,6 @@
 """Every option of the ``broker`` data source: its name, its default and what it means.
 
-This is the one place an option is described: :mod:`~broker_spark.spark.options.text`
+This is the one place an option is described: :mod:`~broker_spark.reader.options.text`
 takes the option names from here (an option missing here is unknown to the reader and
 the writers), and ``docs/reference/spark-options.md`` is generated from here
 (``make reference``; ``tests/test_reference.py`` fails when the two differ). A

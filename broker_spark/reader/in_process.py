@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError
-from broker_spark.spark.options import ReaderOptions, SpoolOptions
-from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint, open_log_receiver
+from broker_spark.reader.connect import EndpointSettings, open_endpoint, open_log_receiver
+from broker_spark.reader.options import ReaderOptions, SpoolOptions
 from broker_spark.spool.private import make_private_spool, release_private_spool
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.service import SpoolService

@@ -7,8 +7,8 @@ as in the docs (``maxRecordsPerTrigger``) or Python values (``True``, ``100``).
 unknown one is an error that suggests the closest, and one of the other side
 names where it applies) and reads values as booleans, choices, counts, sizes
 and durations, each error naming the option and its value (a secret's value
-never). What the options mean together is :mod:`~broker_spark.spark.options.reader`'
-(readers) and :mod:`~broker_spark.spark.options.writer`' (writers).
+never). What the options mean together is :mod:`~broker_spark.reader.options.reader`'
+(readers) and :mod:`~broker_spark.reader.options.writer`' (writers).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from broker_spark.spark.options.catalog import READER, SHARED, WRITER
-from broker_spark.spark.options.values import BrokerOptionError, is_secret_option
-from broker_spark.spark.options.zeromq import ZEROMQ_CURVE
+from broker_spark.reader.options.catalog import READER, SHARED, WRITER
+from broker_spark.reader.options.values import BrokerOptionError, is_secret_option
+from broker_spark.reader.options.zeromq import ZEROMQ_CURVE
 
 __all__ = [
     "FORMATS",
@@ -50,7 +50,7 @@ ZEROMQ_OPTIONS = (
     *ZEROMQ_CURVE,
 )
 #: The options of readers and writers alike, of readers only, of writers only (canonical
-#: spellings), as :mod:`~broker_spark.spark.options.catalog` describes each.
+#: spellings), as :mod:`~broker_spark.reader.options.catalog` describes each.
 SHARED_OPTIONS = tuple(SHARED)
 READER_OPTIONS = tuple(READER)
 WRITER_OPTIONS = tuple(WRITER)

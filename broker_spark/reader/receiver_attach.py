@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from broker_spark.errors import BrokerError
-from broker_spark.spark.options import ReaderOptions
-from broker_spark.spark.runtime.receiver_files import INFO_FILE, LOG_FILE, identity_of, socket_path
+from broker_spark.reader.options import ReaderOptions
+from broker_spark.reader.receiver_files import INFO_FILE, LOG_FILE, identity_of, socket_path
 from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 
 try:
@@ -60,6 +60,7 @@ START_TIMEOUT = 60.0
 #: it: a receiver an older broker-spark started may still run after an upgrade (and is
 #: found, stopped and attached to all the same).
 RECEIVER_MODULES = (
+    "broker_spark.reader.receiver",
     "broker_spark.spark.runtime.receiver",
     "broker_spark.spark.receiver",
     "broker_spark.spark.relay.receiver",
