@@ -21,7 +21,8 @@ from test_cli_support import Command
 import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
-from broker_spark.node.relay import RelayNode, SpoolSettings, size_value
+from broker_spark.node.relay import RelayNode, SpoolSettings
+from broker_spark.node.settings import size_value
 from broker_spark.reader.in_process import BrokerDataLossError
 from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable
