@@ -20,6 +20,7 @@ from broker_spark.config import Configuration
 from broker_spark.endpoint import Endpoint
 from broker_spark.reader.options import BrokerOptionError, ConnectionOptions
 from broker_spark.source_opener import SourceError, SourceOpener, open_zeromq_logs
+from broker_spark.zeromq.curve import CurveConfigError
 
 __all__ = ["EndpointSettings", "open_endpoint", "open_log_receiver"]
 
@@ -132,8 +133,6 @@ def open_log_receiver(conn: ConnectionOptions) -> Any:
     and ``close``, as the pump takes an endpoint's subscription). With CURVE keys (the
     ``zeromq.curve*`` options, or Zeek's environment variables) it is a CURVE server.
     Fails with a :class:`BrokerOptionError` naming the option when it cannot bind."""
-    from broker_spark.zeromq.curve import CurveConfigError
-
     bind = conn.zeromq.logs
     if bind is None:
         raise BrokerOptionError("zeromq.logs", None, "is required for the ZeroMQ logger role")

@@ -20,6 +20,7 @@ from broker_spark.data.binary import decode
 from broker_spark.errors import BrokerError, DecodeError
 from broker_spark.reader.options import ReaderOptions
 from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.subscriber import RawSubscriber
 from broker_spark.zeek.log_scan import is_log_create
 from broker_spark.zeek.log_schema import LogSchema
 from broker_spark.zeek.logs import LogCreate
@@ -75,7 +76,6 @@ def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
 def _probe(options: ReaderOptions, path: str) -> LogSchema | None:
     from broker_spark.reader.connect import open_endpoint
     from broker_spark.reader.options import ConnectionOptions
-    from broker_spark.subscriber import RawSubscriber
 
     holder: list[RawSubscriber] = []
     conn = options.connection

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_spark.addresses import is_loopback, zeromq_bind_host
 from broker_spark.reader.options.connection import ConnectionOptions, parse_connection
 from broker_spark.reader.options.text import (
     FORMATS,
@@ -55,6 +56,7 @@ from broker_spark.reader.options.values import (
     WebSocketTarget,
     parse_host_port,
 )
+from broker_spark.zeek.log_schema import STANDARD_SCHEMA_FILES, release_of
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_PARTITION",
@@ -261,8 +263,6 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
 def _refuse_open_listeners(conn: ConnectionOptions) -> None:
     """A ``listen`` or ``zeromq.logs`` other hosts reach needs its clients authenticated
     (mutual TLS; CURVE for ZeroMQ), or ``allowAnonymous=true`` (``docs/security.md``)."""
-    from broker_spark.addresses import is_loopback, zeromq_bind_host
-
     mutual = conn.ssl.authenticated and not conn.ssl.disable_ssl
     if conn.listen is not None and not mutual and not is_loopback(conn.listen.host):
         raise BrokerOptionError(
@@ -290,8 +290,6 @@ def _refuse_open_listeners(conn: ConnectionOptions) -> None:
 
 def _zeek_version(raw: RawOptions) -> str:
     """``zeekVersion``: a release whose standard schemas are built in (``8.0.10`` reads as 8.0)."""
-    from broker_spark.zeek.log_schema import STANDARD_SCHEMA_FILES, release_of
-
     text = raw.get("zeekVersion")
     if text is None:
         return "9.1"

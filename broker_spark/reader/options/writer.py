@@ -26,6 +26,8 @@ from broker_spark.reader.options.text import (
     RawOptions,
 )
 from broker_spark.reader.options.values import BrokerOptionError, split_top_level
+from broker_spark.zeek.script_types import SignatureError, parse_signature, parse_type
+from broker_spark.zeek.types import ZeekType
 
 if TYPE_CHECKING:
     from broker_spark.zeek.script_types import EventSignature
@@ -161,8 +163,6 @@ def _writer_mode(raw: RawOptions, bad_records: str | None) -> str:
 
 
 def _signature(raw: RawOptions) -> EventSignature | None:
-    from broker_spark.zeek.script_types import SignatureError, parse_signature
-
     text = raw.nonempty("signature")
     if text is None:
         return None
@@ -175,9 +175,6 @@ def _signature(raw: RawOptions) -> EventSignature | None:
 def _zeek_types(raw: RawOptions, *, logs: bool) -> tuple[tuple[str, str], ...]:
     """``column:type,...`` in Zeek's spelling (``count``, ``addr``, ``set[addr, port]``,
     ``record { a: count; }``); a log's columns take log column types only."""
-    from broker_spark.zeek.script_types import SignatureError, parse_type
-    from broker_spark.zeek.types import ZeekType
-
     value = raw.get("zeekTypes")
     if value is None:
         return ()

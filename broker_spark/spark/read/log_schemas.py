@@ -14,6 +14,7 @@ from __future__ import annotations
 from pyspark.sql.types import StructType
 
 from broker_spark.reader.options import ReaderOptions
+from broker_spark.reader.schema_probe import learn_log_schema
 from broker_spark.spark.zeek_schema import generic_log_schema, zeek_log_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
@@ -34,8 +35,6 @@ def known_log_schema(options: ReaderOptions, *, learn: bool = False) -> LogSchem
         return None
     path = options.logs[0]
     if learn:
-        from broker_spark.reader.schema_probe import learn_log_schema
-
         learned = learn_log_schema(options, path)
         if learned is not None:
             return learned

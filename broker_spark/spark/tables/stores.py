@@ -66,6 +66,7 @@ from broker_spark.spark.read.offsets import plan_partitions
 from broker_spark.spark.read.partitions import read_partition
 from broker_spark.spark.read.stream import StreamReader
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL
+from broker_spark.store.events import store_events_topic
 from broker_spark.zeek.script_types import ScriptType, parse_type
 from broker_spark.zeek.typed_values import convert
 
@@ -227,8 +228,6 @@ def store_change_reader(
 
 def _clone_runtime(options: ReaderOptions) -> ReaderRuntime:
     """The reader's own endpoint, subscribed to the store's events of a clone it attaches."""
-    from broker_spark.store.events import store_events_topic
-
     name = options.store
     assert name is not None
     return ReaderRuntime(
