@@ -377,15 +377,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--metrics shows a spool and its sources: give --spool DIR too")
     if args.log_level is None and settings.log_level:
         logging.getLogger("broker_spark").setLevel(settings.log_level.upper())
-    # Here, not at the top: the node's modules (the endpoint, the spool, ZeroMQ, TLS) are
-    # most of what `broker-spark --help` would otherwise load (start-up time, measured).
-    from broker_spark.node.check import check
-    from broker_spark.node.serve import serve
-
+    # These two here, not at the top, for start-up time (measured): the node's modules (the
+    # endpoint, the spool, ZeroMQ, the metrics) would be most of what `--help` loads, and
+    # serve's are five times what `node --check` needs.
     if args.check:
+        from broker_spark.node.check import check
+
         for line in check(settings):
             say(line)
         return 0
+    from broker_spark.node.serve import serve
+
     reload = threading.Event()
     with stop_on_signals(reload=reload) as stop:
         serve(settings, stop, reload, lambda: settings_from(args), announce=say)
