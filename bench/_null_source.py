@@ -39,7 +39,9 @@ def _batch(rows: int) -> pa.RecordBatch:
     return found
 
 
-class _Part(InputPartition):
+class RowsPartition(InputPartition):
+    """A partition of ``rows`` rows (the null sources of the benches)."""
+
     def __init__(self, rows: int) -> None:
         super().__init__(rows)
         self.rows = rows
@@ -59,7 +61,7 @@ class NullReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         n = end["offset"] - start["offset"]
-        return [_Part(n // 2), _Part(n - n // 2)]
+        return [RowsPartition(n // 2), RowsPartition(n - n // 2)]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         rows = partition.rows

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from _null_source import RowsPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 _BLOCKS: dict[str, pa.RecordBatch] = {}
@@ -29,12 +30,6 @@ def _block(file: str) -> pa.RecordBatch:
             table = pa.ipc.open_file(source).read_all()
         found = _BLOCKS[file] = table.combine_chunks().to_batches()[0]
     return found
-
-
-class _Part(InputPartition):
-    def __init__(self, rows: int) -> None:
-        super().__init__(rows)
-        self.rows = rows
 
 
 class TypedNullReader(DataSourceStreamReader):
@@ -51,7 +46,7 @@ class TypedNullReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         n = end["offset"] - start["offset"]
-        return [_Part(n // self.parts + (i < n % self.parts)) for i in range(self.parts)]
+        return [RowsPartition(n // self.parts + (i < n % self.parts)) for i in range(self.parts)]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         block = _block(self.file)

@@ -443,13 +443,6 @@ LAKE_WAYS: dict[str, dict[str, Any]] = {
 }
 
 
-#: The limits the read is measured against (bench_limits), as the report names them.
-LIMITS = {
-    "typed_null_source": "a Python source of the same typed rows, pre-built",
-    "cached_noop": "Spark's own noop of the same rows, cached",
-}
-
-
 def _table_name(kind: str, db: str, work: str) -> str:
     """Where a way writes its tables: Spark's catalog, a Delta folder, Iceberg's ``lake``."""
     if kind == "tables_delta":
@@ -473,9 +466,13 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
 
     work = tempfile.mkdtemp(prefix="bench-tables-")
     spool = str(Path(work) / "spool")
-    messages = _mix_spool(spool, rows)
+    try:  # the folder goes if the spool or its relay cannot be made (the runs' finally is later)
+        messages = _mix_spool(spool, rows)
+        relay = _Relay(spool, 8)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     records = sum(rows * n // sum(TABLES_MIX.values()) for n in TABLES_MIX.values())
-    relay = _Relay(spool, 8)
     runs: dict[str, list[dict[str, Any]]] = {"noop": [], "noop_messages": []}
     ways = {**TABLE_WAYS, **(LAKE_WAYS if lake else {})}
     runs.update({kind: [] for kind in ways})
@@ -543,106 +540,6 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
     return best
 
 
-def _typed_block(path: str, rows: int) -> tuple[Any, Any]:
-    """``rows`` of log ``path``'s records (the recordings', cycled), as the reader's converter
-    types them: the Arrow batch, and its Spark schema."""
-    from broker_spark.columnar.log_converter import LogConverter
-    from broker_spark.data.binary import encode
-    from broker_spark.spark.source import arrow_schema_of
-    from broker_spark.spark.write.log_rows import _batch
-    from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema
-    from broker_spark.zeek import LogCreate, standard_schema
-
-    schema = standard_schema(path)
-    pool = _log_writes(path)
-    payloads = [encode(LogCreate.of(schema))]
-    for lo in range(0, rows, BATCH):
-        n = min(BATCH, rows - lo)
-        payloads.append(_batch([pool[(lo + i) % len(pool)] for i in range(n)]))
-    spark_schema = zeek_log_schema(schema)
-    columns = log_columns(spark_schema, schema.names)
-    converter = LogConverter(arrow_schema_of(spark_schema), columns, known=schema, paths=[path])
-    n = len(payloads)
-    batch = converter.convert(
-        [f"zeek/logs/{schema.stream}"] * n, payloads, ["zeek"] * n,
-        [1_700_000_000_000_000_000] * n, list(range(n)),
-    )  # fmt: skip
-    assert batch.num_rows == rows, (path, batch.num_rows)
-    return batch, spark_schema
-
-
-def bench_limits(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
-    """The limit of a read of the mix's typed rows: a Python source yielding them pre-built
-    (``_typed_null_source``) and Spark's own cached rows, each into ``noop``, a query (or a
-    write) per log, their times and CPU summed."""
-    import shutil
-    import tempfile
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from _typed_null_source import TypedNullSource
-    from spark_stream import CpuSampler, _per_row, _sustained, run_to_end
-
-    spark.dataSource.register(TypedNullSource)
-    work = tempfile.mkdtemp(prefix="bench-limits-")
-    per_log = {p: rows * n // sum(TABLES_MIX.values()) for p, n in TABLES_MIX.items()}
-    frames: dict[str, Any] = {}
-    files: dict[str, tuple[str, Any]] = {}
-    runs: dict[str, list[dict[str, Any]]] = {"typed_null_source": [], "cached_noop": []}
-    try:
-        for path, count in per_log.items():
-            block, schema = _typed_block(path, 10_000)
-            file = f"{work}/{path}.arrow"
-            with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, block.schema) as out:
-                out.write_batch(block)
-            files[path] = (file, schema)
-            whole = pa.Table.from_batches([block] * (count // block.num_rows + 1)).slice(0, count)
-            pq.write_table(whole, f"{work}/{path}.parquet")
-            frames[path] = spark.read.parquet(f"{work}/{path}.parquet").cache()
-            assert frames[path].count() == count
-        for _ in range(repeat):
-            for kind in runs:
-                sampler = CpuSampler().__enter__()
-                seconds = 0.0
-                try:
-                    for path, count in per_log.items():
-                        if kind == "cached_noop":
-                            started = time.perf_counter()
-                            frames[path].write.format("noop").mode("overwrite").save()
-                            seconds += time.perf_counter() - started
-                            continue
-                        file, schema = files[path]
-                        query = (
-                            spark.readStream.format("bench-typed-null")
-                            .schema(schema)
-                            .option("file", file)
-                            .option("rows", str(count))
-                            .load()
-                            .writeStream.format("noop")
-                            .trigger(availableNow=True)
-                            .start()
-                        )
-                        _rate, got, took = _sustained(run_to_end(query, CpuSampler(), 900))
-                        assert got == count, (path, got, count)
-                        seconds += took
-                finally:
-                    sampler.__exit__()
-                total = sum(per_log.values())
-                runs[kind].append(
-                    {
-                        "rows": total,
-                        "rows_per_s": total / seconds,
-                        "seconds": seconds,
-                        "cpu_us_per_row": _per_row(sampler.by_role(), total),
-                    }
-                )
-    finally:
-        for frame in frames.values():
-            frame.unpersist()
-        shutil.rmtree(work, ignore_errors=True)
-    return {k: max(v, key=lambda r: r["rows_per_s"]) for k, v in runs.items()}
-
-
 def _lake_conf(folder: str) -> dict[str, str]:
     """The tests' settings for Delta and Iceberg (tests/lake_fixtures.py), jars included."""
     from lake_fixtures import lake_conf  # only with --lake: the tests' helper (pytest, mvn)
@@ -677,6 +574,7 @@ def main() -> None:
         finally:
             spark.stop()
     if args.only in (None, "tables"):
+        from _zeek_limits import bench_limits  # pyspark: only for the Spark parts
         from spark_stream import _session
 
         lake = tempfile.mkdtemp(prefix="bench-lake-")
@@ -687,7 +585,9 @@ def main() -> None:
             results["tables"] = tables = bench_tables(
                 spark, rows, 1 if args.quick else 2, args.lake
             )
-            tables.update(bench_limits(spark, rows, 1 if args.quick else 2))
+            tables.update(
+                bench_limits(spark, rows, 1 if args.quick else 2, TABLES_MIX, _log_writes, BATCH)
+            )
             for limit in ("typed_null_source", "cached_noop"):
                 tables[f"noop_vs_{limit}"] = (
                     tables["noop"]["rows_per_s"] / tables[limit]["rows_per_s"]
@@ -713,6 +613,8 @@ def _table(r: dict[str, Any]) -> None:
         print(f"| typed Arrow (LogConverter) | {x['typed_arrow_rows_per_s']:,.0f} | |")
         print(f"| one record at a time | {x['one_record_rows_per_s']:,.0f} | |")
     if "tables" in r:
+        from _zeek_limits import LIMITS
+
         x = r["tables"]
         print()
         print("| relay to | rows/s | against noop (target 0.6x) | CPU us/row |")

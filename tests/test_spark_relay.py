@@ -84,6 +84,13 @@ class Relay:
         spool = self.node.service.spool
         wait_for(lambda: spool.end_offset() >= first + count, 20, f"{first + count} spooled")
 
+    def publish_encoded(self, messages: list) -> None:
+        """Publish already-encoded messages (a recording's) and wait until they are spooled."""
+        spool = self.node.service.spool
+        end = spool.end_offset() + len(messages)
+        self.publisher.publish_encoded(messages)
+        wait_for(lambda: spool.end_offset() >= end, 30, f"{end} spooled")
+
     def close(self) -> None:
         self.publisher.shutdown()
         self.node.stop()

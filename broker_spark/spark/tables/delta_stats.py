@@ -100,8 +100,8 @@ def file_stats(path: str, schema: Any, indexed: int = INDEXED_COLUMNS) -> dict[s
     nulls: dict[str, Any] = {}
     leaves = list(_leaves(schema))
     for leaf, kind in leaves if indexed < 0 else leaves[:indexed]:
-        found = chunks.get(leaf)
-        if found is None or kind in ("array", "map"):
+        found = chunks.get(leaf)  # a list's or map's values are under longer paths: none
+        if found is None:
             continue
         if all(s is not None and s.has_null_count for s in found):
             _put(nulls, leaf, sum(s.null_count for s in found))

@@ -242,14 +242,16 @@ class IcebergFastTable:
 
 
 def _committed(table: Any, app_id: str) -> int:
-    """The newest batch of ``app_id`` in the table's history (-1: none)."""
+    """The newest batch of ``app_id`` in the table's history (-1: none): the current
+    snapshot's ancestors, newest first, until one of ``app_id``'s."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
     snapshot = table.current_snapshot()
     while snapshot is not None:
         summary = snapshot.summary
         if summary is not None and summary.get(APP_ID) == app_id:
             return int(summary.get(BATCH_ID, -1))
         parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        snapshot = by_id.get(parent) if parent is not None else None
     return -1
 
 
