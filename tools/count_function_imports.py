@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 
-def folder(dotted: str) -> str:
-    parts = dotted.split(".")
+def folder(dotted: str, root: Path) -> str:
+    """``broker_spark.X`` for a module in (or the package of) subfolder X, else ``broker_spark``."""
+    parts = [p for p in dotted.split(".") if p != "__init__"]
+    if len(parts) == 2 and (root / parts[0] / parts[1]).is_dir():
+        return dotted
     return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
@@ -41,7 +44,7 @@ def main(argv: list[str]) -> int:
                     continue
                 seen.add(id(node))
                 total += 1
-                if folder(target) != folder(module):
+                if folder(target, root) != folder(module, root):
                     rows.append(f"{path.relative_to(root)}:{node.lineno} -> {target}")
     if "-v" in argv:
         print("\n".join(rows))

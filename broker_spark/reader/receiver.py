@@ -45,6 +45,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker_spark.errors import BrokerError
+from broker_spark.reader.connect import EndpointSettings
+from broker_spark.reader.in_process import ReaderRuntime
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.reader.receiver_files import (
     INFO_FILE,
     LOG_FILE,
@@ -52,6 +55,8 @@ from broker_spark.reader.receiver_files import (
     identity_problem,
     socket_path,
 )
+from broker_spark.spool.relay_server import RelayServer
+from broker_spark.spool.spool import SpoolLockedError
 
 __all__ = [
     "INFO_FILE",
@@ -115,11 +120,6 @@ def _log_to(path: str) -> None:
 
 def run(spool_path: str, request: Mapping[str, Any]) -> int:
     """Own ``spool_path`` as ``request`` says, until idle, stopped or signalled."""
-    from broker_spark.reader.connect import EndpointSettings
-    from broker_spark.reader.in_process import ReaderRuntime
-    from broker_spark.reader.options import parse_reader_options
-    from broker_spark.spool.relay_server import RelayServer
-    from broker_spark.spool.spool import SpoolLockedError
 
     options = parse_reader_options(dict(request["options"]))
     logs = bool(request.get("logs"))

@@ -18,7 +18,9 @@ import time
 
 from broker_spark.data.binary import decode
 from broker_spark.errors import BrokerError, DecodeError
-from broker_spark.reader.options import ReaderOptions
+from broker_spark.reader.connect import open_endpoint
+from broker_spark.reader.options import ConnectionOptions, ReaderOptions
+from broker_spark.reader.remote import RelaySet
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.subscriber import RawSubscriber
 from broker_spark.zeek.log_scan import is_log_create
@@ -56,7 +58,6 @@ def learn_log_schema(options: ReaderOptions, path: str) -> LogSchema | None:
 
 def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
     """What the relays learned of the log's columns (the first that knows it)."""
-    from broker_spark.reader.remote import RelaySet
 
     relays = RelaySet(options, logs=True)
     try:
@@ -74,8 +75,6 @@ def _from_relay(options: ReaderOptions, path: str) -> LogSchema | None:
 
 
 def _probe(options: ReaderOptions, path: str) -> LogSchema | None:
-    from broker_spark.reader.connect import open_endpoint
-    from broker_spark.reader.options import ConnectionOptions
 
     holder: list[RawSubscriber] = []
     conn = options.connection

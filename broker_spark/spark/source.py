@@ -47,6 +47,7 @@ from broker_spark.reader.options import (
     parse_writer_options,
 )
 from broker_spark.spark.compat import arrow_schema
+from broker_spark.spark.read.log_schemas import offered_schema
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.schema import default_ddl
 from broker_spark.spark.tables.stores import (
@@ -82,8 +83,6 @@ class BrokerDataSource(DataSource):
         if options.store is not None:
             return STORE_DDL
         if options.format == "zeek-logs":
-            from broker_spark.spark.read.log_schemas import offered_schema
-
             return offered_schema(options)
         return default_ddl(options.format, relay=bool(options.relays))
 

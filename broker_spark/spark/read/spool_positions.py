@@ -33,15 +33,8 @@ Offsets are spool offsets (``{"offset": n}``, the next record, built by
   ``register(spark)`` captured, else the driver's cores
   (:mod:`~broker_spark.spark.read.parallelism`).
 
-Throughput (``bench/spark_stream.py``, 2 cores shared by publisher, endpoint,
-JVM and workers): the sum of the CPU every process spends per row is the
-bound, and Spark's share is not per row only. In a warm JVM each micro-batch
-costs about 0.13 to 0.16 s of JVM CPU whatever its size (planning, the
-checkpoint's offset and commit files, scheduling), and the JVM's JIT compiler
-spends more than the query itself during a session's first minute. So a
-500 ms trigger on a query that keeps up costs a third of a core in the JVM
-alone; a trigger of 2 s or more is the setting for throughput (at the price
-of a larger delay), ``maxRecordsPerTrigger`` only for bounding batches.
+What a reader's throughput is bound by, and the trigger to choose for it, is said in
+:mod:`.stream`.
 """
 
 from __future__ import annotations
