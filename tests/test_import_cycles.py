@@ -420,7 +420,7 @@ def test_a_reach_below_the_facade_is_found(tmp_path: Path) -> None:
 
 #: ``spark/`` by role, bottom up: a module imports only modules of its own floor or below.
 SPARK_FLOORS = (
-    ("compat", "requirement", "java", "schema"),
+    ("compat", "requirement", "java"),
     ("zeek_schema",),
     ("read", "write"),
     ("tables",),

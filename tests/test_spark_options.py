@@ -263,7 +263,7 @@ def test_bad_reader_options_name_the_option_and_value(
 
 
 def test_zeek_version_picks_the_standard_columns_of_a_log_nothing_described() -> None:
-    from broker_spark.spark.read.log_schemas import known_log_schema
+    from broker_spark.spark.read.offered_columns import known_log_schema
 
     def dns(**more: str) -> tuple[str, ...]:
         opts = parse_reader_options({"format": "zeek-logs", "logs": "dns", **PEER, **more})

@@ -47,9 +47,8 @@ from broker_spark.reader.options import (
     parse_writer_options,
 )
 from broker_spark.spark.compat import arrow_schema
-from broker_spark.spark.read.log_schemas import offered_schema
+from broker_spark.spark.read.offered_columns import default_ddl, offered_schema
 from broker_spark.spark.read.stream import stream_reader
-from broker_spark.spark.schema import default_ddl
 from broker_spark.spark.tables.stores import (
     STORE_DDL,
     StoreStreamWriter,

@@ -1,4 +1,9 @@
-"""The columns of ``format=zeek-logs``: which log schema a reader of one log uses.
+"""The columns a stream reader offers: the message formats' default DDL, and for
+``format=zeek-logs`` which log schema a reader of one log follows.
+
+``DataSource.schema()`` answers with :func:`default_ddl` for messages and events; the same
+columns as Arrow schemas, and how records become them, are in
+:mod:`broker_spark.columnar.record_batches` (a test keeps the two the same).
 
 A reader of Zeek's logs (:class:`~broker_spark.spark.read.rows.LogRows`) differs from a
 message reader in three ways: its runtime's pump shows every message to a
@@ -19,7 +24,17 @@ from broker_spark.spark.zeek_schema import generic_log_schema, zeek_log_schema
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
 
-__all__ = ["SPOOL_INDEX_INTERVAL", "known_log_schema", "offered_schema"]
+__all__ = [
+    "DEFAULT_DDL",
+    "SPOOL_INDEX_INTERVAL",
+    "ZEEK_DDL",
+    "default_ddl",
+    "known_log_schema",
+    "offered_schema",
+]
+
+DEFAULT_DDL = "topic STRING, data STRING, sender STRING, received_at TIMESTAMP, offset LONG"
+ZEEK_DDL = DEFAULT_DDL + ", event STRING, args STRING"
 
 #: Messages between the spool's index entries. A Batch of 400 records is 150 KB or so, and
 #: reading a range starts at the index entry before it, skipping records up to its start:
@@ -53,3 +68,10 @@ def offered_schema(options: ReaderOptions) -> StructType:
     if known is None:
         return generic_log_schema(relay)
     return zeek_log_schema(known, options.columns, relay=relay)
+
+
+def default_ddl(fmt: str = "default", relay: bool = False) -> str:
+    """The default schema of ``format`` (``"zeek"`` adds ``event``, ``args``) as Spark DDL;
+    read from relays, ``relay`` (the id of the relay a row comes from) ends it."""
+    ddl = ZEEK_DDL if fmt == "zeek" else DEFAULT_DDL
+    return ddl + ", relay STRING" if relay else ddl
