@@ -453,3 +453,45 @@ def test_spark_is_arranged_by_role_and_its_arrows_point_down() -> None:
         if (there := spark_floor(dep)) is not None and there > here
     )
     assert upward == []
+
+
+#: The modules of ``spark/`` that reach no pyspark, each with the Spark work that keeps it
+#: there. Everything else of ``spark/`` imports pyspark, directly or through what it
+#: imports; a runtime that needs no Spark belongs in ``reader/`` (issue 52).
+SPARK_WITHOUT_PYSPARK = {
+    "broker_spark.spark": "the package: names its public functions, loaded on first use",
+    "broker_spark.spark.read": "a package",
+    "broker_spark.spark.tables": "a package",
+    "broker_spark.spark.write": "a package",
+    "broker_spark.spark.java": "finds the Java that Spark's JVM needs, before pyspark starts one",
+    "broker_spark.spark.requirement": "says which PySpark to install, where importing it fails",
+    "broker_spark.spark.read.local_executors": "tells whether Spark's tasks run in the driver's "
+    "JVM, from what the tasks report",
+    "broker_spark.spark.read.parallelism": "the Spark cluster's parallelism, from what "
+    "register(spark) captured or Spark's environment",
+    "broker_spark.spark.tables.freshness": "refreshes a committed table in the Spark sessions "
+    "it is given",
+    "broker_spark.spark.tables.batch_files": "a micro-batch's staged files under Spark's "
+    "checkpoint",
+    "broker_spark.spark.tables.delta_stats": "the Delta statistics of the files Spark's tasks "
+    "wrote for the table writer",
+    "broker_spark.spark.write.row_messages": "the writers' encoder: Spark's Arrow rows into "
+    "messages, in Spark's tasks",
+    "broker_spark.spark.write.log_rows": "the writers' encoder for Zeek logs (as row_messages)",
+    "broker_spark.spark.write.event_rows": "the writers' encoder for typed events (as "
+    "row_messages)",
+}
+
+
+def test_spark_holds_what_spark_needs() -> None:
+    """Every module of ``spark/`` reaches pyspark, or is listed with the Spark work it does
+    without importing it; a listed module that now reaches pyspark leaves the list."""
+    graph = import_graph(ROOT, "broker_spark")
+    modules = modules_of(ROOT, "broker_spark")
+    without = sorted(
+        m
+        for m in modules
+        if spark_floor(m) is not None
+        and not any("pyspark" in _third_party(ROOT, r, modules) for r in _reachable(graph, m) | {m})
+    )
+    assert without == sorted(SPARK_WITHOUT_PYSPARK)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from broker_spark.config import Configuration
 from broker_spark.errors import BrokerError
+from broker_spark.reader.offsets import OffsetError, SpoolOffset, plan_partitions
 from broker_spark.reader.options import (
     DEFAULT_RETENTION_BYTES,
     DEFAULT_SEGMENT_BYTES,
@@ -23,7 +24,6 @@ from broker_spark.reader.options import (
     parse_reader_options,
     parse_writer_options,
 )
-from broker_spark.spark.read.offsets import OffsetError, SpoolOffset, plan_partitions
 
 PEER = {"peer": "zeek.example:9999"}
 

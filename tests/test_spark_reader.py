@@ -19,10 +19,10 @@ from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.offsets import SpoolOffset
 from broker_spark.reader.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
 from broker_spark.spark.read.local_executors import MARKER_NAME
-from broker_spark.spark.read.offsets import SpoolOffset
 from broker_spark.spark.read.partitions import SpoolPartition
 from broker_spark.spark.read.stream import StreamReader, stream_reader
 

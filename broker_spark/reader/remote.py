@@ -13,7 +13,7 @@ so the readers do not care who receives:
   relay's, its bounds and Zeek log schemas come over the spool protocol, and a
   range is fetched from the relay by whoever reads it (the tasks themselves, or
   the driver side for inline partitions: the tasks' fetch is
-  :mod:`~broker_spark.spark.read.relay_fetch`). :class:`RelaySet` holds one per relay
+  :mod:`~broker_spark.reader.relay_fetch`). :class:`RelaySet` holds one per relay
   of the option: the reader keeps a position in each.
 """
 

@@ -46,8 +46,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from broker_spark.errors import DecodeError
+from broker_spark.reader.relay_fetch import fetch_from_relay
 from broker_spark.spark.read.local_executors import report_if_local
-from broker_spark.spark.read.relay_fetch import fetch_from_relay
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
 

@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.offsets import SpoolOffset
 from broker_spark.reader.options import ReaderOptions
 from broker_spark.reader.remote import Runtime, reader_runtime
 from broker_spark.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
 from broker_spark.spark.read.local_executors import LocalExecutors, jvm_token
-from broker_spark.spark.read.offsets import SpoolOffset
 from broker_spark.spark.read.parallelism import plan_ranges
 from broker_spark.spark.read.partitions import (
     INLINE_CODEC,

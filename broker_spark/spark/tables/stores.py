@@ -60,9 +60,9 @@ from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
 from broker_spark.reader.connect import EndpointSettings, open_endpoint
 from broker_spark.reader.in_process import ReaderRuntime
+from broker_spark.reader.offsets import plan_partitions
 from broker_spark.reader.options import BrokerOptionError, ReaderOptions, WriterOptions
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
-from broker_spark.spark.read.offsets import plan_partitions
 from broker_spark.spark.read.rows import MessageRows
 from broker_spark.spark.read.stream import StreamReader
 from broker_spark.store.events import store_events_topic
