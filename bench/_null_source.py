@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from broker_spark.columnar.record_batches import DEFAULT_SCHEMA
-from broker_spark.spark.schema import DEFAULT_DDL
+from broker_spark.spark.read.offered_columns import DEFAULT_DDL
 
 _BATCHES: dict[int, pa.RecordBatch] = {}
 

@@ -1,6 +1,6 @@
 """Which addresses other hosts reach: what decides whether a listener needs authentication.
 
-``broker-spark node`` (``cli/exposure.py``) and the Spark reader's ``listen`` and
+``broker-spark node`` (``node/exposure.py``) and the Spark reader's ``listen`` and
 ``zeromq.logs`` options refuse a listener that other hosts reach unless its clients
 authenticate or the user says ``allow anonymous`` (``docs/security.md``); both ask
 these two questions.
@@ -11,7 +11,36 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["format_host_port", "is_loopback", "without_credentials", "zeromq_bind_host"]
+__all__ = [
+    "HostPort",
+    "format_host_port",
+    "is_loopback",
+    "parse_host_port",
+    "without_credentials",
+    "zeromq_bind_host",
+]
+
+#: An address as the command and the node take it: a host (a name or an address) and a port.
+HostPort = tuple[str, int]
+
+
+def parse_host_port(text: str, default_host: str = "127.0.0.1") -> HostPort:
+    """``host:port``, ``[v6addr]:port``, ``:port`` or ``port``; ValueError naming the text."""
+    text = text.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: write IPv6 addresses in brackets, e.g. [::1]:9999")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not HOST:PORT (the port must be a number)") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r}: port {port} is out of range 0-65535")
+    return (host or default_host), port
 
 
 def is_loopback(host: str) -> bool:

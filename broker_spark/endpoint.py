@@ -237,6 +237,8 @@ class Endpoint:
     def topology(self) -> dict[str, Any]:
         """What this endpoint knows of the network: peers, reachable endpoints, paths
         and filters, as plain data (an extension; see :mod:`broker_spark.introspect`)."""
+
+        # On first use, as _tcp's import: it reads the TCP peering's state.
         from broker_spark.introspect import topology_snapshot
 
         return topology_snapshot(self)
@@ -299,6 +301,8 @@ class Endpoint:
         servers stay peered; a ZeroMQ proxy confirms nothing, so its link is
         left once everything is written to it (see :mod:`broker_spark.core.delivery`).
         """
+        # Imported on first use for start-up time (measured, issue 52): 20 ms of the
+        # endpoint's import, for a call most programs never make.
         from broker_spark.core.delivery import flush
 
         chosen = self.links() if links is None else list(links)
@@ -317,6 +321,9 @@ class Endpoint:
 
     def _tcp(self, create: bool = True) -> Any:
         """The TCP/TLS peering (``broker_spark.core.peering``), made on first use."""
+        # Imported on first use for start-up time (measured, issue 52): TCP, TLS and the
+        # listener are 45 ms of the endpoint's import; an endpoint that only subscribes
+        # in-process, or only uses Zeek's WebSocket API or ZeroMQ, never loads them.
         from broker_spark.core.peering import Peering
 
         if not create:
@@ -358,12 +365,17 @@ class Endpoint:
         self, name: str, backend: Any = None, opts: Any = None, **options: Any
     ) -> Store:
         """Master of store ``name`` (memory, or SQLite with ``opts["path"]``); see store_api."""
+
+        # The stores' modules are 32 ms of the endpoint's import (measured, issue 52): on
+        # first use.
         from broker_spark.store_api import attach_master
 
         return attach_master(self, name, backend, opts, **options)
 
     def attach_clone(self, name: str, **options: Any) -> Store:
         """A clone of store ``name``, following its master wherever it is; see store_api."""
+
+        # On first use, as attach_master's.
         from broker_spark.store_api import attach_clone
 
         return attach_clone(self, name, **options)
@@ -376,9 +388,7 @@ class Endpoint:
         ``wss`` with this endpoint's TLS settings, ``ws`` when SSL is disabled.
         Options: see :meth:`broker_spark.websocket.manager.WebSocketManager.listen`.
         """
-        from broker_spark.websocket.manager import manager_for
-
-        return manager_for(self).listen(address, port, **options)
+        return _websocket_manager(self).listen(address, port, **options)
 
     def web_socket_peer(
         self,
@@ -396,22 +406,18 @@ class Endpoint:
         True once the remote acked; reconnects every ``retry`` seconds (0: once).
         Options: see :meth:`broker_spark.websocket.manager.WebSocketManager.peer`.
         """
-        from broker_spark.websocket.manager import manager_for
-
-        return manager_for(self).peer(url, topics, retry, publish_topics=publish_topics, **options)
+        return _websocket_manager(self).peer(
+            url, topics, retry, publish_topics=publish_topics, **options
+        )
 
     def web_socket_flush(self, url: str, timeout: float = 30.0) -> bool:
         """True once the bridge to ``url`` sent all this endpoint published and the server
         answered that it processed it; False after ``timeout`` seconds or without a bridge."""
-        from broker_spark.websocket.manager import manager_for
-
-        return manager_for(self).flush(url, timeout)
+        return _websocket_manager(self).flush(url, timeout)
 
     def web_socket_unpeer(self, url: str) -> bool:
         """Stop the bridge :meth:`web_socket_peer` made to ``url``; False if there is none."""
-        from broker_spark.websocket.manager import manager_for
-
-        return manager_for(self).unpeer(url)
+        return _websocket_manager(self).unpeer(url)
 
     # -- Zeek's ZeroMQ cluster backend (broker_spark.zeromq) -----------------------------------
 
@@ -437,18 +443,19 @@ class Endpoint:
         from the environment itself (the CLI, Spark's options) passes them on, and the
         environment is not read a second time. See :mod:`broker_spark.zeromq.cluster`.
         """
-        from broker_spark.zeromq.cluster import join
+        cluster = _zeromq_cluster()
+        # With the cluster, for the same reason as the cluster (it loads pyzmq).
         from broker_spark.zeromq.curve import CurveKeys
 
         keys = CurveKeys.resolve(None) if curve is None else curve
         keys.check()
-        return join(self, xsub_endpoint, xpub_endpoint, curve=keys, timeout=timeout, **options)
+        return cluster.join(
+            self, xsub_endpoint, xpub_endpoint, curve=keys, timeout=timeout, **options
+        )
 
     def zeromq_leave(self, xsub_endpoint: str | None = None) -> bool:
         """Leave the ZeroMQ cluster(s) :meth:`zeromq_join` joined; False if there was none."""
-        from broker_spark.zeromq.cluster import leave
-
-        return leave(self, xsub_endpoint)
+        return _zeromq_cluster().leave(self, xsub_endpoint)
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -468,15 +475,12 @@ class Endpoint:
         tcp = self._tcp(create=False)
         if tcp is not None:
             self._loop.run_sync(tcp.close)
-        from broker_spark.websocket.manager import manager_for
-        from broker_spark.zeromq.cluster import leave
-
-        manager = manager_for(self)
+        manager = _websocket_manager(self)
         for url in list(manager.peers):
             manager.unpeer(url)
         for server in list(manager.servers.values()):
             self._loop.run_sync(server.abort)
-        leave(self)
+        _zeromq_cluster().leave(self)
 
     def shutdown(self) -> None:
         """Close everything, wake blocked callers and join the loop thread (idempotent)."""
@@ -494,3 +498,22 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return self._node_str
+
+
+def _websocket_manager(endpoint: Endpoint) -> Any:
+    """The endpoint's WebSocket servers and bridges (:mod:`broker_spark.websocket.manager`)."""
+    # Imported on first use for start-up time (measured, issue 52): websockets and the
+    # manager take importing the endpoint from 110 ms of CPU to 145; most endpoints never
+    # serve or bridge Zeek's WebSocket API.
+    from broker_spark.websocket.manager import manager_for
+
+    return manager_for(endpoint)
+
+
+def _zeromq_cluster() -> Any:
+    """:mod:`broker_spark.zeromq.cluster`, the ZeroMQ backend's join and leave."""
+    # Imported on first use for start-up time (measured, issue 52): pyzmq and the cluster
+    # take importing the endpoint from 110 ms of CPU to 124; few endpoints join a cluster.
+    from broker_spark.zeromq import cluster
+
+    return cluster

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker_spark.core.actor import Core
+from broker_spark.core.peering import Peering
+from broker_spark.status import PeerFlags
+
 if TYPE_CHECKING:
     from broker_spark.core.actor import Core
     from broker_spark.core.loop_thread import LoopThread
@@ -43,13 +47,11 @@ class Introspectable(Protocol):
 
 
 def _id_str(node: bytes) -> str:
-    from broker_spark.core.actor import Core
 
     return Core.id_to_str(node)
 
 
 def _peering(endpoint: Introspectable) -> Any:
-    from broker_spark.core.peering import Peering
 
     return Peering.existing(endpoint._core)
 
@@ -71,7 +73,6 @@ def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
     peering = _peering(endpoint)
 
     def snapshot() -> dict[str, Any]:
-        from broker_spark.status import PeerFlags
 
         peers = []
         for link in list(core.links.values()):

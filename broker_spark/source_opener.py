@@ -3,11 +3,11 @@ proxy and its loggers' PULL socket. One opener for every caller.
 
 Three callers open the same sources with different policies:
 
-* the Spark data source (``spark/runtime/connect``) fails a query at start when a
+* the Spark data source (``reader/connect``) fails a query at start when a
   source cannot be opened, naming the option at fault;
 * a command's client (``cli/client_endpoint``) retries until its ``--wait`` runs out,
   then says why it could not connect;
-* a relay node (``cli/node_sources``) runs for months: a source that is down when it
+* a relay node (``node/sources``) runs for months: a source that is down when it
   starts is retried in the background, and only a wrong setting stops it.
 
 So each attempt here either opens the source or raises a :class:`SourceError` saying
@@ -26,6 +26,7 @@ from typing import Any
 
 from broker_spark.addresses import without_credentials
 from broker_spark.errors import EC, BrokerError
+from broker_spark.status import Error
 
 __all__ = [
     "SourceError",
@@ -87,7 +88,6 @@ class SourceUnreachable(SourceError):
 
 def _errors_text(statuses: Any) -> str:
     """The messages of the errors the endpoint reported since the last call (``""``)."""
-    from broker_spark.status import Error
 
     if statuses is None:
         return ""
@@ -182,6 +182,7 @@ class SourceOpener:
         ZeroMQ redials by itself; ``timeout``: how long to wait for the join."""
         target = f"{xsub},{xpub}"
         if curve is not None and getattr(curve, "any", False):
+            # Here, as the cluster's own import in Endpoint.zeromq_join: pyzmq.
             from broker_spark.zeromq.curve import CurveConfigError
 
             try:
@@ -209,6 +210,9 @@ def open_zeromq_logs(bind: str, curve: Any = None) -> Any:
     that Zeek nodes PUSH their log batches to, drained on its own thread (a
     :class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`); a CURVE server with
     ``curve``'s server keys."""
+    # Here, not at the top, for start-up time (measured, issue 52): pyzmq and the receiver
+    # take importing this module from 32 ms of CPU to 174, and the reader's runtime imports
+    # it for every source, ZeroMQ or not.
     from broker_spark.zeromq.curve import CurveConfigError
     from broker_spark.zeromq.log_receiver import ZeroMQBindError, ZeroMQLogReceiver
 

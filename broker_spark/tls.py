@@ -68,6 +68,8 @@ def _anon_context(server: bool) -> ssl.SSLContext:
 
 
 def _self_signed_server_context() -> ssl.SSLContext:
+    # Here, not at the top, for start-up time (measured, issue 52): certs loads cryptography's
+    # x509, 23 ms of every endpoint's import, and only this rare context needs it.
     from broker_spark.certs import make_node_cert
 
     pair = make_node_cert(None, "broker-spark anonymous")

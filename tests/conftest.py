@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from broker_spark.spark.runtime.receiver_attach import RECEIVER_MODULES
+from broker_spark.reader.receiver_attach import RECEIVER_MODULES
 
 settings.register_profile(
     "default",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -36,6 +38,41 @@ def test_every_subcommand_has_help(command: list[str], capsys: pytest.CaptureFix
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: broker-spark {' '.join(command)}")
+
+
+#: What running a command needs and building the parser must not load (issue 52).
+_HEAVY = (
+    "broker_spark.endpoint",
+    "asyncio",
+    "cryptography",
+    "zmq",
+    "websockets",
+    "pyspark",
+    "pyarrow",
+    "broker_spark.spool",
+)
+
+
+def test_building_the_parser_loads_none_of_what_the_commands_run() -> None:
+    """``--help`` and a usage error import only the flags (``cli/parsers``); the chosen
+    command's module comes with what it runs."""
+    code = (
+        "import sys\n"
+        "from broker_spark.cli import build_parser, command_function\n"
+        "parsed = build_parser().parse_args(sys.argv[1:])\n"
+        f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))\n"
+        "command_function(parsed.run)\n"
+        f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "publish", "/t", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    assert out[0] == "[]"
+    assert "broker_spark.endpoint" in out[1] and "asyncio" in out[1]
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture) -> None:

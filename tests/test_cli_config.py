@@ -9,7 +9,7 @@ from test_cli_support import ROOT
 
 from broker_spark.cli import build_parser, main
 from broker_spark.cli.node import settings_from
-from broker_spark.cli.node_config import ConfigError, NodeSettings, load_node_config
+from broker_spark.node.settings import ConfigError, NodeSettings, load_node_config
 
 CONF_FILES = sorted((ROOT / "conf").glob("*.toml"))
 
@@ -167,7 +167,7 @@ def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
     flags = settings_from(args)
     assert (flags.spool_retention_bytes, flags.relay) == (1 << 20, None)
     assert flags.spool_segment_bytes == 64 << 10
-    from broker_spark.cli.node import _relay_node
+    from broker_spark.node.serve import relay_node as _relay_node
 
     node = _relay_node(flags)  # the spool takes the file size: retention drops whole files
     try:

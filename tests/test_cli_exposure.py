@@ -15,9 +15,9 @@ from test_cli_support import run_command
 
 from broker_spark.addresses import is_loopback
 from broker_spark.cli.errors import UsageError
-from broker_spark.cli.exposure import check_exposure, open_listeners
-from broker_spark.cli.node_config import NodeSettings, load_node_config
 from broker_spark.config import TLSSettings
+from broker_spark.node.exposure import check_exposure, open_listeners
+from broker_spark.node.settings import NodeSettings, load_node_config
 from broker_spark.zeromq.curve import CurveKeys, generate_keypair
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from test_cli_support import Command
 from zeek_recordings import recording
 
 import broker_spark as broker
-from broker_spark.cli.log_dir import LogDirectory, next_rotation, rotated_name
+from broker_spark.node.log_dir import LogDirectory, next_rotation, rotated_name
 
 pytestmark = pytest.mark.timeout(120)
 

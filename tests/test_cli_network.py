@@ -277,9 +277,12 @@ def test_connection_count_drops_after_unpeer() -> None:
         assert wait_until(lambda: connection_count(b) == 0)
 
 
-def test_node_serves_until_stopped(tmp_path: Path, capsys) -> None:
+def test_node_serves_until_stopped(tmp_path: Path) -> None:
+    """The command's settings run by the node part's Python API (what the command runs
+    under its signals): ready once it announced every address, gone after stop()."""
     from broker_spark.cli import build_parser
-    from broker_spark.cli.node import serve, settings_from
+    from broker_spark.cli.node import settings_from
+    from broker_spark.node import Node
 
     db = tmp_path / "m.sqlite"
     args = build_parser().parse_args(
@@ -296,20 +299,26 @@ def test_node_serves_until_stopped(tmp_path: Path, capsys) -> None:
             "/fwd",
         ]  # fmt: skip
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(settings_from(args), stop))
-    thread.start()
-    seen: list[str] = []
-    try:
-        assert wait_until(lambda: seen.append(capsys.readouterr().out) or "ready" in "".join(seen))
-    finally:
-        stop.set()
-        thread.join(10)
-    lines = "".join(seen).splitlines()
+    heard: list[str] = []
+    with Node(settings_from(args), announce=heard.append) as node:
+        assert node.running
+        lines = list(node.announcements)
+        listening = node.address()
+    assert lines == heard
     assert lines[0].startswith("node ") and lines[-1] == "ready"
-    port = int(lines[1].removeprefix("listening on 127.0.0.1:"))
-    assert lines[2].startswith("websocket listening on 127.0.0.1:") and port > 0
-    assert db.is_file() and not thread.is_alive()
+    assert listening is not None and listening[1] > 0
+    assert lines[1] == f"listening on 127.0.0.1:{listening[1]}"
+    assert lines[2].startswith("websocket listening on 127.0.0.1:")
+    assert db.is_file() and not node.running
+
+
+def test_a_node_that_cannot_start_says_why(tmp_path: Path) -> None:
+    from broker_spark.exits import UsageError
+    from broker_spark.node import Node, NodeSettings
+
+    settings = NodeSettings(listen=None, spool_dir=str(tmp_path / "spool"))
+    with pytest.raises(UsageError, match="--spool needs topics"):
+        Node(settings).start()
 
 
 def test_node_that_cannot_listen(node, capsys) -> None:

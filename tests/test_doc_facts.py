@@ -21,7 +21,7 @@ from doc_facts import CODE, DOCS, PAGES, REFERENCE, ROOT, SHIPPED, fenced_blocks
 from doc_facts import paragraphs as _paragraphs
 from test_relay_packaging import UNIT, unit_entries
 
-from broker_spark.cli.node_config import DEFAULT_RETENTION_SECONDS
+from broker_spark.node.settings import DEFAULT_RETENTION_SECONDS
 from broker_spark.spool.metrics import StatusCollector
 
 if sys.version_info >= (3, 11):

@@ -154,13 +154,16 @@ def _in(module: str, packages: tuple[str, ...]) -> bool:
 
 #: The layers on top of the library, highest first. The entry points (``python -m
 #: broker_spark``, and ``python -m broker_spark.demo``, which runs the demo through the
-#: command) use the command, the command uses the demo, the demo uses Spark, and the
-#: library below knows none of them.
+#: command) use the command, the command uses the demo, the demo uses Spark, Spark uses
+#: the reader runtime, and the library below knows none of them. The node and the reader
+#: runtime are two parts side by side: neither imports the other (see
+#: ``test_the_node_and_the_reader_runtime_stand_apart``).
 TOP_LAYERS = (
     ("broker_spark.__main__", "broker_spark.demo.__main__"),
     ("broker_spark.cli",),
     ("broker_spark.demo",),
     ("broker_spark.spark",),
+    ("broker_spark.node", "broker_spark.reader"),
 )
 
 
@@ -191,14 +194,14 @@ def test_every_arrow_points_down_the_layers() -> None:
 
 def test_an_arrow_up_the_layers_is_found() -> None:
     graph = {
-        "broker_spark.zeromq.x": {"broker_spark.spark.options"},
+        "broker_spark.zeromq.x": {"broker_spark.reader.options"},
         "broker_spark.spark.y": {"broker_spark.cli.z", "broker_spark.topic"},
         "broker_spark.demo.__main__": {"broker_spark.cli"},
         "broker_spark.cli.z": {"broker_spark.demo.options", "broker_spark.spark.y"},
     }
     assert upward_arrows(graph) == [
         "broker_spark.spark.y -> broker_spark.cli.z",
-        "broker_spark.zeromq.x -> broker_spark.spark.options",
+        "broker_spark.zeromq.x -> broker_spark.reader.options",
     ]
 
 
@@ -224,19 +227,41 @@ def test_the_command_the_demo_and_spark_reach_no_core_internals() -> None:
     assert arrows_into(graph, above, ("broker_spark.core",)) == []
 
 
-#: What the command uses of ``spark/``: a query's receiver, for ``status`` of its spool and
-#: ``receiver stop``. The rest of the command, a relay node above all, needs none of
-#: Spark's data source (where a ZeroMQ proxy is, say, is read by ``zeromq/proxy_address``).
-COMMAND_USES_OF_SPARK = [
-    "broker_spark.cli.spool_status -> broker_spark.spark.runtime.receiver_attach"
-]
-
-
-def test_the_command_uses_of_spark_only_the_receiver() -> None:
+def test_nothing_but_the_entry_points_imports_the_command() -> None:
+    """``cli/`` parses arguments and prints; the node, the reader runtime, Spark and the
+    demo never import it (what they share with it lives below: ``broker_spark.exits``,
+    ``broker_spark.addresses``, ``node/settings``)."""
     graph = import_graph(ROOT, "broker_spark")
-    assert arrows_into(graph, ("broker_spark.cli",), ("broker_spark.spark",)) == (
-        COMMAND_USES_OF_SPARK
+    entry = ("broker_spark.__main__", "broker_spark.demo.__main__", "broker_spark.cli")
+    wrong = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if not _in(module, entry)
+        for dep in deps
+        if _in(dep, ("broker_spark.cli",))
     )
+    assert wrong == []
+
+
+def test_the_command_uses_nothing_of_spark() -> None:
+    """A receiver's status and stop come from the reader runtime (``reader/``), not from
+    ``spark/``: the command runs where pyspark is not installed."""
+    graph = import_graph(ROOT, "broker_spark")
+    assert arrows_into(graph, ("broker_spark.cli",), ("broker_spark.spark",)) == []
+
+
+def test_spark_imports_neither_the_command_nor_the_node() -> None:
+    graph = import_graph(ROOT, "broker_spark")
+    above = ("broker_spark.cli", "broker_spark.node")
+    assert arrows_into(graph, ("broker_spark.spark",), above) == []
+
+
+def test_the_node_and_the_reader_runtime_stand_apart() -> None:
+    """Two parts on one floor: a relay node serves readers over the spool protocol, and a
+    reader reaches relays over it; neither imports the other."""
+    graph = import_graph(ROOT, "broker_spark")
+    node, reader = ("broker_spark.node",), ("broker_spark.reader",)
+    assert arrows_into(graph, node, reader) + arrows_into(graph, reader, node) == []
 
 
 #: The facade on top of the core: the package root, the endpoint and what it hands itself to.
@@ -288,10 +313,20 @@ def _third_party(root: Path, module: str, modules: dict[str, Path]) -> set[str]:
     return out - {"broker_spark"}
 
 
-@pytest.mark.parametrize("package", ["broker_spark.spool", "broker_spark.columnar"])
-def test_the_spool_and_the_column_codecs_run_without_spark(package: str) -> None:
-    """``broker-spark node`` serves a spool on a machine without Spark, and the codecs are
-    codecs: nothing either reaches, however indirectly, imports pyspark."""
+@pytest.mark.parametrize(
+    "package",
+    [
+        "broker_spark.spool",
+        "broker_spark.columnar",
+        "broker_spark.node",
+        "broker_spark.reader",
+    ],
+)
+def test_the_parts_below_spark_run_without_it(package: str) -> None:
+    """``broker-spark node`` serves a spool on a machine without Spark, a receiver runs
+    without it, and the codecs are codecs: nothing the spool, the column codecs, the node
+    or the reader runtime reaches, however indirectly, imports pyspark (or any module of
+    ``spark/``)."""
     graph = import_graph(ROOT, "broker_spark")
     modules = modules_of(ROOT, "broker_spark")
     starts = [m for m in graph if m == package or m.startswith(package + ".")]
@@ -385,8 +420,8 @@ def test_a_reach_below_the_facade_is_found(tmp_path: Path) -> None:
 
 #: ``spark/`` by role, bottom up: a module imports only modules of its own floor or below.
 SPARK_FLOORS = (
-    ("options", "compat", "requirement", "java", "schema"),
-    ("runtime", "zeek_schema"),
+    ("compat", "requirement", "java"),
+    ("zeek_schema",),
     ("read", "write"),
     ("tables",),
     ("source", "registration", "zeek_tables", "pipelines", ""),
@@ -407,7 +442,8 @@ def spark_floor(module: str) -> int | None:
 def test_spark_is_arranged_by_role_and_its_arrows_point_down() -> None:
     """The data source's sub-packages stand on each other in one order: the public face
     (source, registration, zeek_tables, pipelines) on tables/, on read/ and write/, on
-    runtime/, on options/; no arrow runs back up."""
+    the shared modules; no arrow runs back up (the runtime and the options are
+    ``reader/``'s, below all of ``spark/``)."""
     graph = import_graph(ROOT, "broker_spark")
     upward = sorted(
         f"{module} -> {dep}"
@@ -417,3 +453,45 @@ def test_spark_is_arranged_by_role_and_its_arrows_point_down() -> None:
         if (there := spark_floor(dep)) is not None and there > here
     )
     assert upward == []
+
+
+#: The modules of ``spark/`` that reach no pyspark, each with the Spark work that keeps it
+#: there. Everything else of ``spark/`` imports pyspark, directly or through what it
+#: imports; a runtime that needs no Spark belongs in ``reader/`` (issue 52).
+SPARK_WITHOUT_PYSPARK = {
+    "broker_spark.spark": "the package: names its public functions, loaded on first use",
+    "broker_spark.spark.read": "a package",
+    "broker_spark.spark.tables": "a package",
+    "broker_spark.spark.write": "a package",
+    "broker_spark.spark.java": "finds the Java that Spark's JVM needs, before pyspark starts one",
+    "broker_spark.spark.requirement": "says which PySpark to install, where importing it fails",
+    "broker_spark.spark.read.local_executors": "tells whether Spark's tasks run in the driver's "
+    "JVM, from what the tasks report",
+    "broker_spark.spark.read.parallelism": "the Spark cluster's parallelism, from what "
+    "register(spark) captured or Spark's environment",
+    "broker_spark.spark.tables.freshness": "refreshes a committed table in the Spark sessions "
+    "it is given",
+    "broker_spark.spark.tables.batch_files": "a micro-batch's staged files under Spark's "
+    "checkpoint",
+    "broker_spark.spark.tables.delta_stats": "the Delta statistics of the files Spark's tasks "
+    "wrote for the table writer",
+    "broker_spark.spark.write.row_messages": "the writers' encoder: Spark's Arrow rows into "
+    "messages, in Spark's tasks",
+    "broker_spark.spark.write.log_rows": "the writers' encoder for Zeek logs (as row_messages)",
+    "broker_spark.spark.write.event_rows": "the writers' encoder for typed events (as "
+    "row_messages)",
+}
+
+
+def test_spark_holds_what_spark_needs() -> None:
+    """Every module of ``spark/`` reaches pyspark, or is listed with the Spark work it does
+    without importing it; a listed module that now reaches pyspark leaves the list."""
+    graph = import_graph(ROOT, "broker_spark")
+    modules = modules_of(ROOT, "broker_spark")
+    without = sorted(
+        m
+        for m in modules
+        if spark_floor(m) is not None
+        and not any("pyspark" in _third_party(ROOT, r, modules) for r in _reachable(graph, m) | {m})
+    )
+    assert without == sorted(SPARK_WITHOUT_PYSPARK)

@@ -20,7 +20,7 @@ from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.columnar.log_line_runs import join_runs, run_positions, run_starts
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
-from broker_spark.spark.options import BrokerOptionError
+from broker_spark.reader.options import BrokerOptionError
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema
 from broker_spark.spark.zeek_tables import table_input_schema

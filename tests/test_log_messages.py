@@ -31,7 +31,7 @@ from broker_spark.columnar.log_json import parse_lines
 from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.data.binary import encode
 from broker_spark.data.types import Count
-from broker_spark.spark.options import BrokerOptionError
+from broker_spark.reader.options import BrokerOptionError
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.tables.message_decode import TypedMessages, line_runs_partition
 from broker_spark.spark.zeek_schema import log_columns, zeek_log_schema

@@ -84,7 +84,7 @@ class StuckPeer:
 
     def sample(self) -> None:
         """Record how much the connection holds right now (read from the test thread)."""
-        self.peak_queued = max(self.peak_queued, self.conn._out_msgs)
+        self.peak_queued = max(self.peak_queued, self.conn.writer.queued)
         if not self.conn.lost:
             self.peak_transport = max(
                 self.peak_transport, self.conn.transport.get_write_buffer_size()
@@ -134,7 +134,7 @@ def stuck(request: pytest.FixtureRequest, fast_stall: None):
 @pytest.mark.parametrize("stuck", ["disconnect"], indirect=True)
 def test_disconnect_drops_the_stuck_peer(stuck: StuckPeer) -> None:
     # Back-pressure first: the buffers fill and the publisher blocks.
-    assert stuck.sampled_until(lambda: stuck.conn._out_msgs >= CAPACITY)
+    assert stuck.sampled_until(lambda: stuck.conn.writer.queued >= CAPACITY)
     assert not stuck.published.is_set()
     err = next_matching(stuck.status, lambda s: isinstance(s, broker.Error))
     assert err.code() == EC.PeerTimeout

@@ -26,7 +26,7 @@ from test_cli_support import run_command
 
 from broker_spark.cli.network import NETWORK_FIELDS
 from broker_spark.cli.spool_status import STATUS_FIELDS
-from broker_spark.spark.options import text as option_text
+from broker_spark.reader.options import text as option_text
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "tools" / "gen_reference.py")

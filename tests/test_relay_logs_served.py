@@ -26,7 +26,7 @@ from broker_spark import zeek
 from broker_spark.data.binary import decode, encode
 from broker_spark.data.msgpack_records import pack_record, unpack_records
 from broker_spark.data.types import Count
-from broker_spark.spark.options import parse_reader_options
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_schema import generic_log_schema

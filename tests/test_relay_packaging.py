@@ -26,8 +26,8 @@ import yaml
 from test_cli_support import ROOT, run_command
 
 from broker_spark.cli import build_parser
-from broker_spark.cli.node import STOP_BOUND
-from broker_spark.cli.node_config import load_node_config
+from broker_spark.node.serve import STOP_BOUND
+from broker_spark.node.settings import load_node_config
 
 UNIT = ROOT / "conf" / "systemd" / "broker-spark-relay.service"
 DOCKERFILE = ROOT / "docker" / "Dockerfile.relay"

@@ -29,7 +29,7 @@ from broker_spark.cli import main
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.config import TLSSettings
 from broker_spark.data.msgpack_records import pack_record, unpack_records
-from broker_spark.spark.options import parse_reader_options
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spool.relay_client import RelayError, SpoolClient, served_topics
 from broker_spark.spool.relay_protocol import (
@@ -291,7 +291,7 @@ def test_the_node_takes_reader_limits_from_flags_and_the_file(tmp_path: Path, ce
     assert refused.returncode == 2 and "needs mutual TLS" in refused.stderr
     bad = run_command("node", *spool, "--reader", "no-equals-sign")
     assert bad.returncode == 2 and "NAME=PREFIX" in bad.stderr
-    from broker_spark.cli.node_config import load_node_config
+    from broker_spark.node.settings import load_node_config
 
     conf = tmp_path / "node.toml"
     conf.write_text('[spool]\ndir = "s"\n[spool.readers]\ndns = ["zeek/dns/"]\n"*" = []\n')

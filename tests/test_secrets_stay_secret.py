@@ -23,9 +23,9 @@ from test_cli_support import run_command
 from broker_spark.addresses import without_credentials
 from broker_spark.cli import main
 from broker_spark.cli.args import PASSPHRASE_ENV, TLS_FLAGS, tls_flags
-from broker_spark.cli.node_config import NodeSettings
-from broker_spark.spark.options import parse_reader_options
-from broker_spark.spark.options.values import BrokerOptionError
+from broker_spark.node.settings import NodeSettings
+from broker_spark.reader.options import parse_reader_options
+from broker_spark.reader.options.values import BrokerOptionError
 from broker_spark.zeromq.curve import generate_keypair
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,7 +121,7 @@ def test_the_passphrase_comes_from_a_file_or_the_environment(
     assert tls_flags(flags(key="k.pem", passphrase="given"))["passphrase"] == "given"
     conf = tmp_path / "node.toml"
     conf.write_text('[tls]\nkey = "k.pem"\npassphrase = "@p"\n')  # relative to the file
-    from broker_spark.cli.node_config import load_node_config
+    from broker_spark.node.settings import load_node_config
 
     assert load_node_config(conf).tls.passphrase == PASSPHRASE
 

@@ -122,7 +122,7 @@ def test_the_zeromq_logs_socket_binds_or_says_why() -> None:
 def test_curve_keys_that_start_with_an_at_sign_are_keys(tmp_path) -> None:
     """Z85 has '@': a public key starting with it is a key, and so is a secret key of a key's
     length that names no file; ``@FILE`` still reads a secret key from FILE."""
-    from broker_spark.cli.node_sources import curve_keys
+    from broker_spark.node.sources import curve_keys
     from broker_spark.zeromq.curve import generate_keypair
 
     def pair_where(field: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from broker_spark import zeek
 from broker_spark.columnar.column_encode import encode_rows_bulk
 from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
-from broker_spark.spark.options import parse_writer_options
+from broker_spark.reader.options import parse_writer_options
 from broker_spark.spark.write.row_messages import RowEncoder
 
 _TYPES = [

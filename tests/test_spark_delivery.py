@@ -19,7 +19,7 @@ import spark_fixtures
 
 import broker_spark as broker
 from broker_spark.errors import DeliveryError
-from broker_spark.spark.options import parse_writer_options
+from broker_spark.reader.options import parse_writer_options
 from broker_spark.spark.write.row_messages import RowEncoder
 from broker_spark.spark.write.writers import publish_batches
 

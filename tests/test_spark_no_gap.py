@@ -29,7 +29,7 @@ from test_spark_relay import Relay
 
 import broker_spark as broker
 from broker_spark import zeek
-from broker_spark.spark.runtime.receiver_attach import stop_receiver
+from broker_spark.reader.receiver_attach import stop_receiver
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 

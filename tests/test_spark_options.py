@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from broker_spark.config import Configuration
 from broker_spark.errors import BrokerError
-from broker_spark.spark.options import (
+from broker_spark.reader.offsets import OffsetError, SpoolOffset, plan_partitions
+from broker_spark.reader.options import (
     DEFAULT_RETENTION_BYTES,
     DEFAULT_SEGMENT_BYTES,
     BrokerOptionError,
@@ -23,7 +24,6 @@ from broker_spark.spark.options import (
     parse_reader_options,
     parse_writer_options,
 )
-from broker_spark.spark.read.offsets import OffsetError, SpoolOffset, plan_partitions
 
 PEER = {"peer": "zeek.example:9999"}
 
@@ -263,7 +263,7 @@ def test_bad_reader_options_name_the_option_and_value(
 
 
 def test_zeek_version_picks_the_standard_columns_of_a_log_nothing_described() -> None:
-    from broker_spark.spark.read.log_schemas import known_log_schema
+    from broker_spark.spark.read.offered_columns import known_log_schema
 
     def dns(**more: str) -> tuple[str, ...]:
         opts = parse_reader_options({"format": "zeek-logs", "logs": "dns", **PEER, **more})

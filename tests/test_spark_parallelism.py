@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import broker_spark as broker
-from broker_spark.spark.options import BrokerOptionError, parse_reader_options
+from broker_spark.reader.options import BrokerOptionError, parse_reader_options
+from broker_spark.spark.read.offered_columns import DEFAULT_DDL
 from broker_spark.spark.read.parallelism import (
     MIN_RECORDS_PER_SPLIT,
     is_connect_session,
@@ -31,7 +32,6 @@ from broker_spark.spark.read.rows import LogRows, MessageRows
 from broker_spark.spark.read.spool_positions import SpoolPositions
 from broker_spark.spark.read.stream import StreamReader
 from broker_spark.spark.registration import SECRET_OPTION_VALUES, register, registered_source
-from broker_spark.spark.schema import DEFAULT_DDL
 from broker_spark.spark.source import BrokerDataSource
 from broker_spark.spark.zeek_schema import generic_log_schema
 

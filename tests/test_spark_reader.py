@@ -18,13 +18,13 @@ import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.data.json_codec import dumps_value
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.offsets import SpoolOffset
+from broker_spark.reader.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
-from broker_spark.spark.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.read.local_executors import MARKER_NAME
-from broker_spark.spark.read.offsets import SpoolOffset
 from broker_spark.spark.read.partitions import SpoolPartition
 from broker_spark.spark.read.stream import StreamReader, stream_reader
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 
@@ -524,7 +524,7 @@ def test_latest_starts_before_the_subscription_is_seen(
     first batch). ``startingOffsets=latest`` must still read those messages. Fault
     injected: connecting returns only once the peer's messages are in the spool, as a
     loaded machine may schedule it."""
-    from broker_spark.spark.runtime.in_process import ReaderRuntime
+    from broker_spark.reader.in_process import ReaderRuntime
 
     connect = ReaderRuntime.connect
 

@@ -27,11 +27,11 @@ import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.columnar.record_batches import default_schema
 from broker_spark.errors import BrokerError
+from broker_spark.reader.options import parse_reader_options
+from broker_spark.reader.receiver import IdleTimer, identity_of, identity_problem
+from broker_spark.reader.receiver_attach import ReceiverError, read_info, stop_receiver
 from broker_spark.spark.compat import ReadAllAvailable
-from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.read.stream import StreamReader, stream_reader
-from broker_spark.spark.runtime.receiver import IdleTimer, identity_of, identity_problem
-from broker_spark.spark.runtime.receiver_attach import ReceiverError, read_info, stop_receiver
 from broker_spark.spool.spool import Spool
 
 hub = spark_fixtures.hub
@@ -198,7 +198,7 @@ def test_one_spool_has_one_owner(hub: broker.Endpoint, spool: str) -> None:
         reader.initialOffset()
         request = {"options": _options(hub, spool), "logs": False}
         second = subprocess.run(
-            [sys.executable, "-m", "broker_spark.spark.runtime.receiver", spool],
+            [sys.executable, "-m", "broker_spark.reader.receiver", spool],
             input=json.dumps(request) + "\n",
             capture_output=True,
             text=True,
@@ -247,7 +247,7 @@ def test_a_full_disk_is_reported_to_the_reader(hub: broker.Endpoint, spool: str)
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_spark.spark.runtime.receiver", spool],
+        [sys.executable, "-m", "broker_spark.reader.receiver", spool],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

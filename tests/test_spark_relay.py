@@ -20,12 +20,13 @@ from test_cli_support import Command
 
 import broker_spark as broker
 from broker_spark import zeek
-from broker_spark.cli.relay_node import RelayNode, SpoolSettings, size_value
 from broker_spark.columnar.record_batches import default_schema
+from broker_spark.node.relay import RelayNode, SpoolSettings
+from broker_spark.node.settings import size_value
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.options import parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable
-from broker_spark.spark.options import parse_reader_options
 from broker_spark.spark.read.stream import StreamReader, stream_reader
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
@@ -65,7 +66,7 @@ class Relay:
         port = self.endpoint.listen("127.0.0.1", 0)
         server_tls = None
         if tls:
-            from broker_spark.cli.node import _relay_tls
+            from broker_spark.node.serve import relay_tls as _relay_tls
 
             server_tls = _relay_tls(config)
         self.port = self.node.start(server_tls)

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from test_spark_relay import Relay
 
 from broker_spark.columnar.record_batches import default_schema
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.offsets import OffsetError, RelayOffsets, fair_shares
+from broker_spark.reader.options import BrokerOptionError, parse_reader_options
 from broker_spark.spark.compat import ReadAllAvailable, ReadMaxRows
-from broker_spark.spark.options import BrokerOptionError, parse_reader_options
-from broker_spark.spark.read.offsets import OffsetError, RelayOffsets, fair_shares
+from broker_spark.spark.read.offered_columns import default_ddl
 from broker_spark.spark.read.stream import StreamReader, stream_reader
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
-from broker_spark.spark.schema import default_ddl
 
 pytestmark = pytest.mark.timeout(120)
 

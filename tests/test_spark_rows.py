@@ -25,13 +25,13 @@ from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.msgpack_records import pack_records
 from broker_spark.data.types import Timespan
-from broker_spark.spark.compat import ReadAllAvailable
-from broker_spark.spark.java import JavaMissingError, require_java
-from broker_spark.spark.options import (
+from broker_spark.reader.options import (
     BrokerOptionError,
     parse_reader_options,
     parse_writer_options,
 )
+from broker_spark.spark.compat import ReadAllAvailable
+from broker_spark.spark.java import JavaMissingError, require_java
 from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.tables.stores import STORE_SCHEMA, StoreEventConverter, _column_values
 from broker_spark.spark.write.row_messages import RowEncoder

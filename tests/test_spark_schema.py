@@ -27,7 +27,7 @@ from broker_spark.data.json_codec import dumps_value
 from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.data.types import Count, Enum, Port, Timespan, Timestamp
 from broker_spark.errors import DecodeError
-from broker_spark.spark.schema import DEFAULT_DDL, ZEEK_DDL, default_ddl
+from broker_spark.spark.read.offered_columns import DEFAULT_DDL, ZEEK_DDL, default_ddl
 from tests.strategies import broker_values
 
 T0 = 1_700_000_000_123_456_789

@@ -21,9 +21,9 @@ from spark_fixtures import PeerWatch, drain_until, running, wait_for
 import broker_spark as broker
 from broker_spark import zeek
 from broker_spark.data.json_codec import dumps_value
+from broker_spark.reader.receiver_attach import stop_receiver
 from broker_spark.spark.compat import HAS_ADMISSION_CONTROL
 from broker_spark.spark.read.local_executors import MARKER_NAME
-from broker_spark.spark.runtime.receiver_attach import stop_receiver
 from broker_spark.spool.private import PREFIX as PRIVATE_PREFIX
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules

@@ -18,7 +18,7 @@ from zeek_ws_server import ZeekLikeServer
 
 from broker_spark.data.types import Count, Port
 from broker_spark.errors import DeliveryError
-from broker_spark.spark.options import parse_writer_options
+from broker_spark.reader.options import parse_writer_options
 from broker_spark.spark.write.writers import make_encoder, publish_batches
 from broker_spark.websocket.verdicts import ServerRejectedError
 

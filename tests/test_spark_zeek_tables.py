@@ -120,7 +120,7 @@ def test_every_recorded_log_becomes_its_table_as_zeek_wrote_it(spark, db, tmp_pa
     """Both Broker recordings and the ZeroMQ one: each log's table holds exactly the records
     of Zeek's own JSON log, typed, once, with a position no other record shares. Every
     log is parsed and written by the tasks (Arrow), none left to Spark's writer."""
-    caplog.set_level(logging.INFO, logger="broker_spark.spark.tables.writer")
+    caplog.set_level(logging.INFO, logger="broker_spark.spark.tables.log_tables")
     sources = {
         "b1": (broker_messages("zeek-logs-http-methods"), recording("zeek-logs-http-methods")),
         "b2": (broker_messages("zeek-logs-dns-edns-ecs"), recording("zeek-logs-dns-edns-ecs")),
@@ -295,7 +295,7 @@ def test_rows_the_tasks_refuse_are_written_by_spark(spark, db, tmp_path, caplog,
     wrote, in the one commit of the batch. Whether the stream's rows are messages' bytes
     (what ``write_zeek_tables`` reads), runs of JSON lines or a record each (a stream of the
     user's own handed to ``ZeekTables``), each record keeps its own position."""
-    caplog.set_level(logging.INFO, logger="broker_spark.spark.tables.writer")
+    caplog.set_level(logging.INFO, logger="broker_spark.spark.tables.log_tables")
     big = LogSchema("Big::LOG", "big", (LogField.of("n", "count"), LogField.of("i", "int")))
     small = LogSchema("Small::LOG", "small", (LogField.of("n", "count"),))
     messages = []

@@ -128,7 +128,7 @@ def test_a_writer_task_publishes_rows_as_zeek_events_through_the_proxy() -> None
     Zeek's four frames, and the task returns once ZeroMQ wrote them out."""
     import pyarrow as pa
 
-    from broker_spark.spark.options import parse_writer_options
+    from broker_spark.reader.options import parse_writer_options
     from broker_spark.spark.write.writers import BrokerBatchWriter
 
     batch = pa.RecordBatch.from_pydict(

@@ -318,7 +318,7 @@ def test_a_relay_node_compresses_by_default_and_serves_every_batch(spawn, tmp_pa
 
 
 def test_the_settings_name_the_same_compressions() -> None:
-    from broker_spark.cli import node_config
+    from broker_spark.node import settings as node_config
     from broker_spark.spool import relay_server
 
     assert node_config.COMPRESSIONS == compressed_segment.COMPRESSIONS

@@ -20,7 +20,7 @@ import pytest
 from typed_recordings import RecordedEvent, as_columns, holdout_events, zmq_events
 
 from broker_spark.columnar.record_batches import SchemaMappingError
-from broker_spark.spark.options import BrokerOptionError, parse_writer_options
+from broker_spark.reader.options import BrokerOptionError, parse_writer_options
 from broker_spark.spark.write.event_rows import SignatureRowEncoder
 from broker_spark.spark.write.writers import BadRowError, make_encoder, publish_batches
 

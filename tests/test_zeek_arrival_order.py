@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
 
-from broker_spark.cli.log_dir import LogDirectory
 from broker_spark.columnar.log_converter import LogConverter
+from broker_spark.node.log_dir import LogDirectory
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_schema import generic_log_schema, log_columns
 from broker_spark.spool.schema_history import LogSchemaHistory, records_in

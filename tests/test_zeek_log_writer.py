@@ -12,7 +12,7 @@ from spark_fixtures import hub, spark, wait_for  # noqa: F401
 from broker_spark.columnar.record_batches import SchemaMappingError
 from broker_spark.data.binary import decode
 from broker_spark.data.types import Count, Port
-from broker_spark.spark.options import BrokerOptionError, parse_writer_options
+from broker_spark.reader.options import BrokerOptionError, parse_writer_options
 from broker_spark.spark.write.log_rows import LOG_BATCH_SIZE, LogRowEncoder
 from broker_spark.zeek import Batch, LogCreate, LogWrite, as_message, iter_log_messages
 

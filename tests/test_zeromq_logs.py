@@ -463,12 +463,12 @@ def test_curve_keys_follow_zeeks_rules() -> None:
 
 
 def test_spark_options_name_what_is_wrong() -> None:
-    from broker_spark.spark.options import (
+    from broker_spark.reader.connect import open_log_receiver
+    from broker_spark.reader.options import (
         BrokerOptionError,
         parse_reader_options,
         parse_writer_options,
     )
-    from broker_spark.spark.runtime.connect import open_log_receiver
 
     logs = {"format": "zeek-logs", "zeromq.logs": "tcp://127.0.0.1:0"}
     options = parse_reader_options(logs)

@@ -10,10 +10,10 @@ its thing (``tests/test_reference.py`` runs the check):
 - ``cli.md``: the argparse parser of ``broker-spark`` (``broker_spark.cli.build_parser``),
   every subcommand and flag with its help, value and default;
 - ``config.md``: the keys a node configuration file may hold, as
-  ``broker_spark.cli.node_config`` reads them, each described by that module's docstring;
-- ``spark-options.md``: ``broker_spark.spark.options.catalog``;
+  ``broker_spark.node.settings`` reads them, each described by that module's docstring;
+- ``spark-options.md``: ``broker_spark.reader.options.catalog``;
 - ``metrics.md``: what ``broker_spark.spool.metrics.StatusCollector`` serves;
-- ``codes.md``: the command's exit statuses (``broker_spark.cli.errors``), Broker's
+- ``codes.md``: the command's exit statuses (``broker_spark.exits``), Broker's
   error and status codes (``broker_spark.errors.EC`` and ``SC``), each with the ``#:``
   comment above it;
 - ``status.md``: the keys of ``broker-spark status`` (``STATUS_FIELDS`` of
@@ -234,7 +234,7 @@ def config_docstring() -> dict[str, dict[str, tuple[str, str]]]:
 
     A section's own comment is kept under the key ``""``; a comment line indented
     under a key continues that key's meaning."""
-    from broker_spark.cli import node_config
+    from broker_spark.node import settings as node_config
 
     doc = node_config.__doc__ or ""
     start = doc.index("::") + 2
@@ -269,7 +269,7 @@ def config_keys_read() -> dict[str, list[str]]:
     """Section -> the keys ``load_node_config`` accepts there, recorded from the reader
     itself while it reads a file with every section (a ``[[master]]`` and a
     ``[[clone]]`` included)."""
-    from broker_spark.cli import node_config
+    from broker_spark.node import settings as node_config
 
     seen: dict[str, list[str]] = {}
     original = node_config._Reader.keys
@@ -352,7 +352,7 @@ def config_page() -> str:
 
 
 def spark_options_page() -> str:
-    from broker_spark.spark.options import catalog
+    from broker_spark.reader.options import catalog
 
     body: list[str] = []
     for title, options in (
@@ -470,7 +470,7 @@ def reported_by(name: str, package: Path) -> list[str]:
 
 def codes_page() -> str:
     import broker_spark
-    from broker_spark.cli import errors as cli_errors
+    from broker_spark import exits as cli_errors
     from broker_spark.errors import EC, SC
 
     package = Path(broker_spark.__file__).parent

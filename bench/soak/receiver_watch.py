@@ -31,7 +31,7 @@ class ReceiverWatch:
 
     def pid(self) -> int | None:
         """The pid ``receiver.json`` names, if that process runs."""
-        from broker_spark.spark.runtime.receiver_attach import read_info
+        from broker_spark.reader.receiver_attach import read_info
 
         info = read_info(str(self.spool))
         pid = info.get("pid") if info is not None else None
@@ -39,7 +39,7 @@ class ReceiverWatch:
 
     def status(self) -> dict[str, Any] | None:
         """What the receiver says of itself (``broker-spark status --spool``), or None."""
-        from broker_spark.spark.runtime.receiver_attach import receiver_status
+        from broker_spark.reader.receiver_attach import receiver_status
 
         running = receiver_status(str(self.spool), "soak")
         return running[1] if running is not None else None
@@ -87,8 +87,8 @@ class ReceiverWatch:
     def stop(self, known: int | None) -> dict[str, Any]:
         """``broker-spark receiver stop`` on the spool: the pid it stopped, and whether that
         was ``known`` and it is gone with its files (``receiver.json``, the socket)."""
-        from broker_spark.spark.runtime.receiver_attach import ReceiverError, stop_receiver
-        from broker_spark.spark.runtime.receiver_files import INFO_FILE, SOCKET_FILE
+        from broker_spark.reader.receiver_attach import ReceiverError, stop_receiver
+        from broker_spark.reader.receiver_files import INFO_FILE, SOCKET_FILE
 
         try:
             pid = stop_receiver(str(self.spool), 30)

@@ -519,7 +519,7 @@ class Soak(FaultActions):
         pid = self.receiver.pid()
         if pid is not None:
             try:
-                from broker_spark.spark.runtime.receiver_attach import stop_receiver
+                from broker_spark.reader.receiver_attach import stop_receiver
 
                 stop_receiver(str(self.receiver_spool), 30)
             except Exception:  # noqa: BLE001 - a failed run: kill it rather

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
-from broker_spark.cli.errors import UsageError
+from broker_spark.addresses import HostPort, parse_host_port
+from broker_spark.config import BrokerOptions, TLSSettings
+from broker_spark.node.settings import check_tls, secret_text
 
 __all__ = [
     "DEFAULT_PORT",
@@ -29,27 +30,6 @@ __all__ = [
 
 #: Broker's customary port, used when ``--peer`` is not given.
 DEFAULT_PORT = 9999
-
-HostPort = tuple[str, int]
-
-
-def parse_host_port(text: str, default_host: str = "127.0.0.1") -> HostPort:
-    """``host:port``, ``[v6addr]:port``, ``:port`` or ``port``; ValueError naming the text."""
-    text = text.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"{text!r}: write IPv6 addresses in brackets, e.g. [::1]:9999")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not HOST:PORT (the port must be a number)") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{text!r}: port {port} is out of range 0-65535")
-    return (host or default_host), port
 
 
 def host_port(text: str) -> HostPort:
@@ -93,17 +73,6 @@ TLS_FLAGS = {
 
 #: Where the key's passphrase comes from when ``--passphrase`` is not given.
 PASSPHRASE_ENV = "BROKER_SPARK_TLS_PASSPHRASE"
-
-
-def secret_text(text: str, what: str = "--passphrase") -> str:
-    """A secret as given: the text itself, or ``@FILE`` for the contents of FILE (stripped),
-    which keeps it off the command line and out of the process list."""
-    if not text.startswith("@"):
-        return text
-    try:
-        return Path(text[1:]).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what}: cannot read {text[1:]}: {exc.strerror or exc}") from None
 
 
 def tls_flags(args: argparse.Namespace) -> dict[str, str]:
@@ -186,22 +155,7 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
 
 def client_configuration(args: argparse.Namespace) -> Any:
     """The Configuration of a short-lived client endpoint (a leaf: it never forwards)."""
-    from broker_spark.config import BrokerOptions, TLSSettings
-
     tls = TLSSettings(disable_ssl=bool(args.no_tls), **tls_flags(args))
     config = tls.configuration(BrokerOptions(disable_forwarding=True))
     check_tls(config)
     return config
-
-
-def check_tls(config: Any) -> None:
-    """Load the certificates now, so a wrong path or passphrase is a usage error up front."""
-    if config.options.disable_ssl or not config.authenticated:
-        return
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import TLSConfigError, make_contexts
-
-    try:
-        make_contexts(TLSSettings.of(config, disable_ssl=False))
-    except TLSConfigError as exc:
-        raise UsageError(f"TLS: {exc}") from None

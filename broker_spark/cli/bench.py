@@ -14,48 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+import broker_spark
 from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.cli.parsers.bench import BENCHMARKS
 
-__all__ = ["BENCHMARKS", "find_bench_dir", "register", "run"]
-
-#: Every benchmark, in the order they run, with the flags of a quick run.
-BENCHMARKS: dict[str, tuple[str, ...]] = {
-    "codec": ("--quick",),
-    "endpoint": ("--messages", "30000", "--repeat", "1"),
-    "pubsub": ("--quick",),
-    "websocket": ("--quick",),
-    "store": ("--quick",),
-    "spark_stream": ("--quick",),
-    "typed_writes": ("--quick",),
-    "zeek_logs": ("--quick",),
-    "pipelines": ("--rows", "100000"),
-    "zeromq_logs": ("--seconds", "2"),
-    "relay": ("--quick",),
-    "relay_logs": ("--rows", "100000", "--repeat", "1"),
-    "relay_restarts": ("--restarts", "2", "--period", "2", "--pacing-seconds", "1"),
-    "spool_durability": ("--seconds", "1"),
-    "spark_cluster": ("--quick",),
-    "live_zeek": ("--quick",),
-    "kafka_path": ("--quick",),
-}
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="run the benchmarks under bench/ and print their tables",
-        description="Run the benchmark scripts of the source tree (all, or the NAMEs given) "
-        f"one after the other. Names: {', '.join(BENCHMARKS)}.",
-        epilog="examples:\n  broker-spark bench --quick\n  broker-spark bench codec pubsub",
-    )
-    p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
-    p.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
-    p.add_argument("--json", action="store_true", help="ask each benchmark for JSON output")
-    p.add_argument("--dir", metavar="DIR", help="the bench/ directory (default: found)")
-    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    p.set_defaults(run=run)
+__all__ = ["BENCHMARKS", "find_bench_dir", "run"]
 
 
 def find_bench_dir(given: str | None) -> Path:
@@ -65,7 +29,6 @@ def find_bench_dir(given: str | None) -> Path:
         if not path.is_dir():
             raise UsageError(f"--dir {given}: not a directory")
         return path
-    import broker_spark
 
     for candidate in (Path(broker_spark.__file__).resolve().parent.parent / "bench", Path("bench")):
         if (candidate / "codec.py").is_file():

@@ -12,62 +12,18 @@ command does nothing, so a container can run it at every start.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 from pathlib import Path
-from typing import Any
 
+from broker_spark.certs import make_ca, make_node_cert, write_pem
 from broker_spark.cli.errors import CliError, UsageError
+from broker_spark.config import TLSSettings
 
-__all__ = ["register", "run"]
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
-
-
-def _node_name(text: str) -> str:
-    if not _NAME.match(text) or text == "ca":
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: node names are letters, digits, '.', '_' or '-' (and not 'ca')"
-        )
-    return text
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "certs",
-        help="make a CA and node certificates for mutual TLS",
-        description="Create a certificate authority and a certificate signed by it for each "
-        "node, for the TLS flags (--cert, --key, --ca) and the [tls] section of node configs.",
-        epilog="example:\n  broker-spark certs --out conf/certs --nodes a b",
-    )
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to write to")
-    p.add_argument(
-        "--nodes",
-        nargs="+",
-        type=_node_name,
-        default=["a", "b"],
-        metavar="NAME",
-        help="node names; each gets NAME.pem and NAME.key (default: a b)",
-    )
-    p.add_argument(
-        "--host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="extra host name or address for every node certificate (repeatable)",
-    )
-    p.add_argument(
-        "--days",
-        type=int,
-        default=825,
-        help="validity of node certificates, in days (the CA: 10 years)",
-    )
-    p.add_argument("--force", action="store_true", help="replace existing files")
-    p.set_defaults(run=run)
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.certs import make_ca, make_node_cert, write_pem
 
     if len(set(args.nodes)) != len(args.nodes):
         raise UsageError("--nodes lists a name twice")
@@ -104,9 +60,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_usage(out: Path, nodes: list[str]) -> None:
     """Per node: its flags, its node configuration's ``[tls]`` and its Spark options."""
-    import json
-
-    from broker_spark.config import TLSSettings
 
     where = out.resolve()
     ca = where / "ca.pem"

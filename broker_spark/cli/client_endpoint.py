@@ -25,6 +25,13 @@ from typing import Any
 from broker_spark.addresses import format_host_port
 from broker_spark.cli.args import client_configuration
 from broker_spark.cli.errors import CliError
+from broker_spark.endpoint import Endpoint
+from broker_spark.errors import SC
+from broker_spark.introspect import connection_count
+from broker_spark.source_opener import SourceError, SourceOpener, SourceUnreachable
+from broker_spark.status import Status
+from broker_spark.zeromq.cluster import links_of
+from broker_spark.zeromq.proxy_address import ProxyAddressError, parse_zeromq_proxy
 
 __all__ = ["Client"]
 
@@ -39,7 +46,6 @@ def parse_proxy(text: str | None) -> tuple[str, str] | None:
     addresses; CliError naming the flag when it is neither."""
     if text is None:
         return None
-    from broker_spark.zeromq.proxy_address import ProxyAddressError, parse_zeromq_proxy
 
     try:
         return parse_zeromq_proxy(text, "--zeromq-proxy")
@@ -62,7 +68,6 @@ class Client:
         self._statuses: Any = None
 
     def __enter__(self) -> Client:
-        from broker_spark.endpoint import Endpoint
 
         self.endpoint = Endpoint(self.config)
         self._statuses = self.endpoint.make_status_subscriber(receive_statuses=self.watch)
@@ -84,7 +89,6 @@ class Client:
     def connect(self, topics: tuple[str, ...] = ()) -> None:
         """Peer (or connect to the WebSocket API, subscribing to ``topics``; what this
         endpoint publishes goes there on any topic); CliError when it cannot."""
-        from broker_spark.source_opener import SourceError, SourceOpener, SourceUnreachable
 
         opener = SourceOpener(self.endpoint, self._statuses)
         deadline = time.monotonic() + self.wait
@@ -110,8 +114,6 @@ class Client:
 
     def lost(self) -> str | None:
         """Why the connection went away since the last call (needs ``watch``), or None."""
-        from broker_spark.errors import SC
-        from broker_spark.status import Status
 
         for item in self._statuses.poll():
             if isinstance(item, Status) and item.code() in (SC.PeerLost, SC.PeerRemoved):
@@ -120,7 +122,6 @@ class Client:
 
     def finish(self, publisher: Any = None, timeout: float = FINISH_TIMEOUT) -> None:
         """Deliver what was published, say goodbye and shut down (see the module docstring)."""
-        from broker_spark.introspect import connection_count
 
         ep = self.endpoint
         deadline = time.monotonic() + timeout
@@ -132,8 +133,6 @@ class Client:
                 )
             time.sleep(0.005)
         if self.zeromq:  # ZeroMQ acknowledges nothing: wait until it wrote everything out
-            from broker_spark.zeromq.cluster import links_of
-
             links = list(links_of(ep).values())
             ep.zeromq_leave()
             for link in links:

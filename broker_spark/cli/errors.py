@@ -1,37 +1,18 @@
-"""Exit codes and the two exceptions every subcommand raises to end with an error.
+"""The command's exit codes and errors: :mod:`broker_spark.exits`, re-exported.
 
-A subcommand never prints a traceback at the user: it raises :class:`CliError`
-(or lets a :class:`~broker_spark.errors.BrokerError`, ``OSError`` or
-``ValueError`` through) and :func:`broker_spark.cli.main` prints one line,
-``broker-spark: error: ...``, and returns the code below.
+They are defined below the command because the node part raises them too
+(``broker_spark.node`` never imports ``cli/``); the subcommands import them from here.
 """
 
 from __future__ import annotations
 
+from broker_spark.exits import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    UsageError,
+)
+
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "CliError", "UsageError"]
-
-#: Success.
-EXIT_OK = 0
-#: Something failed at run time (a peer unreachable, a store without master, bad input data).
-EXIT_FAILURE = 1
-#: The command line or a configuration file is wrong (nothing was attempted).
-EXIT_USAGE = 2
-#: Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
-EXIT_INTERRUPTED = 130
-
-
-class CliError(Exception):
-    """A failure to report in one line; ``code`` is the exit status."""
-
-    code = EXIT_FAILURE
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-
-
-class UsageError(CliError):
-    """A wrong flag, argument or configuration file: exit status 2."""
-
-    code = EXIT_USAGE

@@ -28,84 +28,32 @@ import time
 from typing import Any
 
 from broker_spark.cli.args import (
-    add_connect_arguments,
     client_configuration,
-    host_port,
-    positive_count,
-    positive_float,
     tls_flags,
 )
 from broker_spark.cli.errors import CliError
-from broker_spark.zeek.text import TIMESTAMP_FORMATS
+from broker_spark.cli.signals import stop_on_signals
+from broker_spark.config import TLSSettings
+from broker_spark.endpoint import Endpoint
+from broker_spark.node.exposure import check_exposure
+from broker_spark.node.settings import NodeSettings
+from broker_spark.source_opener import (
+    SourceError,
+    SourceOpener,
+    SourceUnreachable,
+    open_zeromq_logs,
+)
+from broker_spark.topic import as_topic_str
+from broker_spark.zeek.log_lines import LogLines
+from broker_spark.zeek.text import json_quote
+from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
 
-__all__ = ["register", "run"]
+__all__ = ["run"]
 
 log = logging.getLogger("broker_spark.cli")
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "logs",
-        help="print Zeek's logs as they arrive, as Zeek's JSON lines",
-        description="Print the records of Zeek's logs as they arrive, each as the line Zeek's "
-        "JSON writer would write. With one PATH (conn, dns, ...), exactly that log's lines; "
-        'otherwise every line starts with "_path". Runs until interrupted, --count records '
-        "or --timeout seconds.",
-        epilog="examples:\n"
-        "  broker-spark logs conn --peer zeek-host:9999\n"
-        "  broker-spark logs --listen 127.0.0.1:9999 | jq 'select(._path == \"dns\") | .query'\n"
-        "  broker-spark logs conn dns --peer zeek-host:9999 --timestamps iso8601\n"
-        "  broker-spark logs --zeromq-bind tcp://127.0.0.1:5557   (Zeek 8.1+, ZeroMQ backend)\n"
-        "Off loopback --listen needs mutual TLS and --zeromq-bind CURVE, or --allow-anonymous.",
-    )
-    p.add_argument("paths", metavar="PATH", nargs="*", help="the logs to print (default: all)")
-    p.add_argument(
-        "--listen",
-        type=host_port,
-        metavar="HOST:PORT",
-        help="accept Zeek's peering here instead of peering with --peer",
-    )
-    p.add_argument(
-        "--zeromq-bind",
-        metavar="ENDPOINT",
-        help="be a Zeek cluster's logger on the ZeroMQ backend instead: bind a PULL socket "
-        "here (tcp://HOST:PORT) for Zeek's nodes to PUSH their logs to; CURVE keys from Zeek's "
-        "ZEEK_CLUSTER_BACKEND_ZEROMQ_CURVE_* environment variables",
-    )
-    p.add_argument(
-        "--topic",
-        action="append",
-        metavar="TOPIC",
-        help="topic prefix the logs arrive on (repeatable; default zeek/logs/)",
-    )
-    p.add_argument(
-        "--timestamps",
-        choices=TIMESTAMP_FORMATS,
-        default="epoch",
-        help="how times are written, as Zeek's LogAscii::json_timestamps (default epoch)",
-    )
-    p.add_argument(
-        "--include-unset",
-        action="store_true",
-        help="write unset fields as null, as LogAscii::json_include_unset_fields",
-    )
-    p.add_argument("--count", type=positive_count, metavar="N", help="exit after N records")
-    p.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="exit after SECONDS")
-    add_connect_arguments(p)
-    p.add_argument(
-        "--allow-anonymous",
-        action="store_true",
-        help="let --listen or --zeromq-bind off loopback take senders without mutual TLS or "
-        "CURVE (a warning at start; docs/security.md)",
-    )
-    p.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
-    from broker_spark.cli.signals import stop_on_signals
-    from broker_spark.endpoint import Endpoint
-    from broker_spark.topic import as_topic_str
-    from broker_spark.zeek.log_lines import LogLines
 
     topics = tuple(dict.fromkeys(as_topic_str(t) for t in (args.topic or ["zeek/logs/"])))
     paths = tuple(dict.fromkeys(args.paths))
@@ -136,12 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_exposure(args: argparse.Namespace) -> None:
-    """The node's rule (:mod:`broker_spark.cli.exposure`): who may send us logs off loopback
+    """The node's rule (:mod:`broker_spark.node.exposure`): who may send us logs off loopback
     must be authenticated, unless ``--allow-anonymous``."""
-    from broker_spark.cli.exposure import check_exposure
-    from broker_spark.cli.node_config import NodeSettings
-    from broker_spark.config import TLSSettings
-    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
 
     curve = None
     if args.zeromq_bind is not None:
@@ -162,8 +106,6 @@ def _check_exposure(args: argparse.Namespace) -> None:
 
 def zeromq_log_receiver(bind: str) -> Any:
     """The ZeroMQ logger role for the command line (CURVE from Zeek's environment variables)."""
-    from broker_spark.source_opener import SourceError, open_zeromq_logs
-    from broker_spark.zeromq.curve import CurveConfigError, CurveKeys
 
     try:
         return open_zeromq_logs(bind, CurveKeys.resolve(None))
@@ -172,7 +114,6 @@ def zeromq_log_receiver(bind: str) -> Any:
 
 
 def _connect(endpoint: Any, args: argparse.Namespace) -> None:
-    from broker_spark.source_opener import SourceError, SourceOpener, SourceUnreachable
 
     opener = SourceOpener(endpoint, endpoint.make_status_subscriber(False))
     if args.listen is not None:
@@ -231,7 +172,6 @@ def _print(
 
 
 def _with_path(path: str, line: str) -> str:
-    from broker_spark.zeek.text import json_quote
 
     head = '{"_path":' + json_quote(path)
     return head + ("," + line[1:] if len(line) > 2 else "}")

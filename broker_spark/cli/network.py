@@ -20,17 +20,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_spark.cli.args import add_connect_arguments
+from broker_spark.cli.client_endpoint import Client
 from broker_spark.cli.errors import CliError
 from broker_spark.cli.node_ids import short
-from broker_spark.cli.spool_status import add_status_arguments, run_spool_status
+from broker_spark.cli.spool_status import run_spool_status
+from broker_spark.cli.svg import render_svg
 from broker_spark.cli.tables import table
 
 __all__ = [
     "NETWORK_FIELDS",
     "Network",
     "network_from_snapshot",
-    "register",
     "run_status",
     "run_topology",
 ]
@@ -121,38 +121,11 @@ def _settled_snapshot(endpoint: Any) -> dict[str, Any]:
 
 
 def inspect_network(args: argparse.Namespace) -> Network:
-    from broker_spark.cli.client_endpoint import Client
 
     with Client(args) as client:
         client.connect()
         snapshot = _settled_snapshot(client.endpoint)
         return network_from_snapshot(snapshot, client.target)
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser(
-        "status",
-        help="a node's peers, routes and subscriptions",
-        description="Peer with a node and print its peers, the endpoints it reaches (with "
-        "the path to each) and everyone's subscriptions; or, with --spool or --relay, a "
-        "spool's receiver or relay: peers, offsets, size, oldest record, readers and lag.",
-        epilog="examples:\n  broker-spark status --peer 127.0.0.1:9999\n"
-        "  broker-spark status --spool /data/spool\n  broker-spark status --relay 10.0.0.5:9998",
-    )
-    s.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    add_connect_arguments(s)
-    add_status_arguments(s)
-    s.set_defaults(run=run_status)
-    t = sub.add_parser(
-        "topology",
-        help="draw the network of endpoints as an SVG picture",
-        description="Peer with a node and draw every endpoint it reaches and the links "
-        "between them as an SVG file (circles and lines, labelled with short node ids).",
-        epilog="example:\n  broker-spark topology --peer 127.0.0.1:9999 --out net.svg",
-    )
-    t.add_argument("--out", required=True, metavar="FILE", help="SVG file to write (- for stdout)")
-    add_connect_arguments(t)
-    t.set_defaults(run=run_topology)
 
 
 def _subs(prefixes: list[str]) -> str:
@@ -196,7 +169,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_topology(args: argparse.Namespace) -> int:
-    from broker_spark.cli.svg import render_svg
 
     net = inspect_network(args)
     svg = render_svg(net)

@@ -17,15 +17,19 @@ import sys
 import time
 from typing import Any
 
-from broker_spark.cli.args import host_port
+from broker_spark.cli.args import client_configuration
 from broker_spark.cli.errors import CliError
 from broker_spark.cli.tables import table
+from broker_spark.config import TLSSettings
+from broker_spark.reader.receiver_attach import ReceiverError, receiver_status, stop_receiver
+from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
+from broker_spark.spool.service import spool_id, spool_summary
+from broker_spark.spool.spool import Spool, SpoolError
+from broker_spark.tls import make_contexts
 
 __all__ = [
     "STATUS_FIELDS",
-    "add_status_arguments",
     "format_spool_status",
-    "register",
     "run_spool_status",
 ]
 
@@ -95,32 +99,7 @@ STATUS_FIELDS = {
 }
 
 
-def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--spool`` and ``--relay`` for ``broker-spark status``."""
-    group = parser.add_argument_group("a spool instead of a node")
-    where = group.add_mutually_exclusive_group()
-    where.add_argument("--spool", metavar="DIR", help="a spoolPath: its receiver, or the spool")
-    where.add_argument("--relay", type=host_port, metavar="HOST:PORT", help="a relay node")
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "receiver",
-        help="the receiver process of a query's spoolPath",
-        description="A streaming query with a spoolPath receives in a process of its own, "
-        "which outlives the query (it stops an hour after its last reader, by default).",
-        epilog="examples:\n"
-        "  broker-spark status --spool /data/spool\n"
-        "  broker-spark receiver stop /data/spool",
-    )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    stop = actions.add_parser("stop", help="stop the receiver of a spool")
-    stop.add_argument("spool", metavar="SPOOLPATH", help="the query's spoolPath")
-    stop.set_defaults(run=run_stop)
-
-
 def run_stop(args: argparse.Namespace) -> int:
-    from broker_spark.spark.runtime.receiver_attach import ReceiverError, stop_receiver
 
     if not os.path.isdir(args.spool):
         raise CliError(f"{args.spool} is not a folder")
@@ -134,7 +113,6 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def spool_status(args: argparse.Namespace) -> dict[str, Any]:
     """The status of ``--spool`` or ``--relay`` as a dict."""
-    from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
 
     if args.relay is not None:
         host, port = args.relay
@@ -147,7 +125,6 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(str(exc)) from None
         status["owner"] = f"relay {host}:{port}"
         return status
-    from broker_spark.spark.runtime.receiver_attach import receiver_status
 
     path = os.path.abspath(args.spool)
     if not os.path.isdir(path):
@@ -162,8 +139,6 @@ def spool_status(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _offline(path: str) -> dict[str, Any]:
-    from broker_spark.spool.service import spool_id, spool_summary
-    from broker_spark.spool.spool import Spool, SpoolError
 
     try:
         with Spool(path, readonly=True) as spool:
@@ -175,9 +150,6 @@ def _offline(path: str) -> dict[str, Any]:
 
 
 def _client_tls(args: argparse.Namespace) -> Any:
-    from broker_spark.cli.args import client_configuration
-    from broker_spark.config import TLSSettings
-    from broker_spark.tls import make_contexts
 
     contexts = make_contexts(TLSSettings.of(client_configuration(args)))
     return contexts.client if contexts is not None else None

@@ -37,7 +37,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker_spark.data.json_codec import dumps_value, from_json_obj
-from broker_spark.data.types import INT64_MAX, INT64_MIN, UINT64_MAX, Count, Enum, Port
+from broker_spark.data.types import (
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
+    Count,
+    Enum,
+    Port,
+    sorted_items,
+    sorted_values,
+)
+from broker_spark.data.value import Data
 from broker_spark.errors import DecodeError
 from broker_spark.zeek import event_name_and_args
 
@@ -118,7 +128,6 @@ def render_value(value: Any, fmt: str) -> str:
         return dumps_value(value)
     if fmt == "plain":
         return json.dumps(to_plain(value), ensure_ascii=False)
-    from broker_spark.data.value import Data
 
     return str(Data(value))
 
@@ -143,7 +152,6 @@ def render_message(topic: str, value: Any, fmt: str) -> str:
         else:
             body = {"topic": topic, "data": to_plain(value)}
         return json.dumps(body, ensure_ascii=False)
-    from broker_spark.data.value import Data
 
     if event is not None:
         return f"{topic}: {event[0]}({', '.join(str(Data(a)) for a in event[1])})"
@@ -152,7 +160,6 @@ def render_message(topic: str, value: Any, fmt: str) -> str:
 
 def to_plain(value: Any) -> Any:
     """A value as ordinary JSON data (lossy: see the module docstring)."""
-    from broker_spark.data.types import sorted_values
 
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -175,8 +182,6 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return [to_plain(v) for v in sorted_values(value)]
     if isinstance(value, Mapping):
-        from broker_spark.data.types import sorted_items
-
         items = sorted_items(value)
         if all(isinstance(k, str) for k, _ in items):
             return {k: to_plain(v) for k, v in items}

@@ -33,6 +33,7 @@ from broker_spark.config import BrokerOptions
 from broker_spark.core.queues import UNBOUNDED_ROOM
 from broker_spark.core.tcp_link import LinkHost, TcpLink
 from broker_spark.errors import EC, SC, ShutdownError
+from broker_spark.protocol.link_writer import LinkWriter
 from broker_spark.protocol.peer_session import (
     Failed,
     Peered,
@@ -123,15 +124,10 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.closing = False
         self.lost = False
         self._timer: asyncio.TimerHandle | None = None
-        # The write side: complete frames waiting for this iteration's flush.
-        self._out: list[bytes] = []  # byte chunks forming whole frames
-        self._out_msgs = 0  # messages among them (what the send buffer bound counts)
-        self._capacity = peering.options.peer_buffer_size
+        # The write side: the session's writer holds the frames; this only says when.
         self._flush_pending = False
         self._paused = False
         self._paused_at = 0.0
-        self._dropping = False
-        self.dropped = 0
         self._room_wanted = False
         self._reading_paused = False
         # The read side: asyncio reads into this buffer (see get_buffer).
@@ -164,6 +160,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             handshake_timeout=peering.handshake_timeout,
             is_redundant=self._is_redundant,
             tls=self.tls,
+            send_capacity=peering.options.peer_buffer_size,
+            overflow_policy=peering.options.peer_overflow_policy,
         )
         self.decoder = session.reader
         self._write_now(session.data_to_send())
@@ -198,8 +196,10 @@ class PeerConnection(asyncio.BufferedProtocol):
                 # Unpeered: wait for the goodbye pong only.
                 link.receive_after_close(session.receive_after_close(data))
             return
+        handshaking = not session.peered
         events = session.receive_data(data, self.loop.time())
-        self._write_now(session.data_to_send())
+        if handshaking:  # the handshake's frames; once peered, writes wait for _flush
+            self._write_now(session.data_to_send())
         for event in events:
             if type(event) is Received:
                 link = self.link
@@ -221,8 +221,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         elif type(event) is Failed:
             self._cancel_timer()
             self.fail(event.code, event.message)
-        elif type(event) is Stalled:
-            self._dropping = True
+        elif type(event) is Stalled:  # the session set its writer dropping
             self._report(EC.PeerTimeout, event.message)
             if self._room_wanted:
                 self._room_wanted = False
@@ -267,8 +266,9 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._dropping and self._out_msgs <= self._capacity // 2:
-            self._dropping = False
+        writer = self.writer
+        if writer is not None and writer.dropping and writer.queued <= writer.capacity // 2:
+            writer.dropping = False
         self._flush()
 
     # -- the handshake ------------------------------------------------------------
@@ -313,67 +313,55 @@ class PeerConnection(asyncio.BufferedProtocol):
     # -- writing --------------------------------------------------------------------
 
     def _write_now(self, data: bytes) -> None:
-        """What the session wants sent (handshake frames): written at once."""
+        """What the session wants sent during the handshake: written at once."""
         if data and self.transport is not None and not self.lost:
             self.transport.write(data)
 
+    @property
+    def writer(self) -> LinkWriter | None:
+        """The session's sending half (None before the handshake is done)."""
+        return self.session.writer if self.session is not None else None
+
+    @property
+    def dropped(self) -> int:
+        """Messages the overflow policy dropped on this connection."""
+        writer = self.writer
+        return writer.dropped if writer is not None else 0
+
     def room(self) -> int:
         """How many more messages the core may hand us (the bounded send buffer)."""
-        if self._dropping or self.closing:
+        writer = self.writer
+        if writer is None or writer.dropping or self.closing:
             return UNBOUNDED_ROOM
-        return self._capacity - self._out_msgs
+        return writer.room()
 
     def want_room(self) -> None:
         self._room_wanted = True
 
-    def send(self, parts: list[bytes], count: int = 1) -> None:
-        """Queue ``count`` messages made of the byte chunks ``parts`` (whole frames).
-
-        They leave together, in one write, at the end of this loop iteration.
-        """
-        if self.closing:
-            return
-        if self._dropping and self._out_msgs + count > self._capacity:
-            if self.peering.options.peer_overflow_policy == "drop_newest":
-                self.dropped += count
-                return
-            self._drop_oldest(self._out_msgs + count - self._capacity)
-        self._out.extend(parts)
-        self._out_msgs += count
-        if not self._flush_pending and not self._paused:
+    def flush_soon(self) -> None:
+        """The writer holds new frames: they leave together, in one write, at the end of
+        this loop iteration (unless the transport stopped taking writes)."""
+        if not self._flush_pending and not self._paused and not self.closing:
             self._flush_pending = True
             self.peering.core.defer(self._flush)
 
-    def _drop_oldest(self, n: int) -> None:
-        """Discard the ``n`` oldest queued frames (the buffer is cut at frame lengths)."""
-        buf = b"".join(self._out)
-        pos = 0
-        for _ in range(min(n, self._out_msgs)):
-            pos += 4 + int.from_bytes(buf[pos : pos + 4], "big")
-        dropped = min(n, self._out_msgs)
-        self._out = [buf[pos:]]
-        self._out_msgs -= dropped
-        self.dropped += dropped
-
-    def send_now(self, frame: bytes) -> None:
-        """A control frame (goodbye, pong) that must leave even while closing."""
+    def flush_now(self) -> None:
+        """The writer holds a frame that must leave even while closing (the goodbye)."""
         if self.transport is not None and not self.lost:
-            self._out.append(frame)
-            self._out_msgs += 1
             self._flush(force=True)
 
     def _flush(self, force: bool = False) -> None:
         self._flush_pending = False
         if (self._paused and not force) or self.lost or self.transport is None:
             return
-        out = self._out
+        session = self.session
+        out = session.data_to_send() if session is not None else b""
         if out:
-            self._out = []
-            self._out_msgs = 0
-            self.transport.write(b"".join(out))
-        if self._dropping and not self._paused:
+            self.transport.write(out)
+        writer = self.writer
+        if writer is not None and writer.dropping and not self._paused:
             # The peer reads again and took everything: back to back-pressure.
-            self._dropping = False
+            writer.dropping = False
         if self._room_wanted and not self._paused:
             self._room_wanted = False
             self.peering.core.wake()
@@ -407,13 +395,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             policy=peering.options.peer_overflow_policy,
             paused=self._paused,
             paused_at=self._paused_at,
-            dropping=self._dropping,
-            queued=self._out_msgs,
-            capacity=self._capacity,
         )
-        out = session.data_to_send()
-        if out:  # a keep-alive: behind what is queued, so the peer sees the data first
-            self.send([out])
+        self.flush_soon()  # a keep-alive, if one was due: behind what is queued
         for event in events:
             self._on_end(event)  # type: ignore[arg-type]
 
@@ -463,6 +446,9 @@ class PeerConnection(asyncio.BufferedProtocol):
     def _begin_closing(self) -> None:
         if not self.closing:
             self.closing = True
+            writer = self.writer
+            if writer is not None:
+                writer.close()
             self.peering.connection_closing(self)
 
     def _cancel_timer(self) -> None:

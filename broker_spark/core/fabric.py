@@ -24,13 +24,13 @@ revocations, so no path ever runs through it.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.node_message import DATA
 from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import EC, SC, BrokerError, DecodeError
+from broker_spark.protocol.link_writer import LinkWriter
 from broker_spark.protocol.multipath import Forwarder
 from broker_spark.protocol.routing import (
     EndpointDiscovered,
@@ -58,8 +58,6 @@ __all__ = ["Fabric", "FabricConnection", "FabricLink", "RelayEntry"]
 #: Topics whose branch tables are cached before the cache starts over.
 BRANCH_CACHE_SIZE = 4096
 
-_U32 = struct.Struct(">I").pack
-
 
 def plan_payload(body: bytes) -> bytes:
     """The payload of a routed body whose header needed the full decoder."""
@@ -72,8 +70,9 @@ class FabricConnection(Protocol):
     """What the fabric needs of a version 2 link's connection (its send buffer and reading)."""
 
     decoder: Any  # the connection's EnvelopeReader: learns relay plans per header
+    writer: LinkWriter | None  # the session's sending half: frames the copies forwarded
 
-    def send(self, parts: list[bytes], count: int = 1) -> None: ...
+    def flush_soon(self) -> None: ...
 
     def room(self) -> int: ...
 
@@ -198,8 +197,9 @@ class Fabric:
         cached until the routes change. The link's envelope reader learns the
         plan too (a :class:`RelayEntry`), so later messages with the same
         header reach :meth:`relay` without being cut out and parsed. The
-        copies for each next hop collect in ``outbox`` (``{link: [parts,
-        count]}``) and leave in one send per hop (:meth:`send_outbox`).
+        copies for each next hop collect in ``outbox`` (``{link: [runs,
+        count]}``, a run being a header and its payloads) and leave in one
+        send per hop (:meth:`send_outbox`), framed by the hop's writer.
         """
         if self._hops_version != self.version:
             self._hops.clear()
@@ -243,10 +243,7 @@ class Fabric:
             box = outbox.get(target)
             if box is None:
                 box = outbox[target] = [[], 0]
-            parts = box[0]
-            size = len(header)
-            for payload in payloads:
-                parts += (_U32(size + len(payload)), header, payload)
+            box[0].append((header, payloads))
             box[1] += len(payloads)
         if deliver is None:
             return []
@@ -255,10 +252,15 @@ class Fabric:
 
     def send_outbox(self, link: FabricLink, outbox: dict) -> None:
         """Send what :meth:`receive_routed` queued; stop reading ``link`` if a hop is full."""
-        for target, (parts, count) in outbox.items():
+        for target, (runs, count) in outbox.items():
             if target.closed:
                 continue
-            target.conn.send(parts, count)
+            conn = target.conn
+            writer = conn.writer
+            if writer is None:
+                continue
+            writer.runs(runs, count)
+            conn.flush_soon()
             if target.conn.room() <= 0 and link.conn not in self._blocked:
                 # The next hop is backed up: stop reading from this one until it drains.
                 self._blocked.append(link.conn)

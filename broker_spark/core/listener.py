@@ -21,8 +21,7 @@ from collections.abc import Callable
 from broker_spark.addresses import format_host_port
 from broker_spark.admission import Admission, Slot
 from broker_spark.errors import EC
-from broker_spark.protocol.framing import encode_frame
-from broker_spark.protocol.wire_messages import DropConn, encode_handshake
+from broker_spark.protocol.handshake import refusal
 from broker_spark.status import NetworkInfo
 from broker_spark.tls import looks_like_tls
 
@@ -192,16 +191,16 @@ class Listener:
 
     def _refuse_plain(self, sock: socket.socket) -> None:
         """Tell a plain-text peer, in its own language, why it is turned away."""
-        drop = DropConn(
+        refused = refusal(
             self.node_id,
-            int(EC.PeerIncompatible),
+            EC.PeerIncompatible,
             "this endpoint requires TLS (disable_ssl differs between the two endpoints)",
         )
         with contextlib.suppress(OSError):
             while sock.recv(65536):  # drain, so closing sends FIN rather than RST
                 pass
         with contextlib.suppress(OSError):
-            sock.send(encode_frame(encode_handshake(drop)))
+            sock.send(refused)
             sock.shutdown(socket.SHUT_WR)
         sock.close()
 

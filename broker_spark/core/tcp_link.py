@@ -1,18 +1,20 @@
 """The core's view of a peer reached over TCP: node messages in and out (phase 3).
 
 A :class:`TcpLink` exists once its :class:`~broker_spark.core.connection.PeerConnection`
-finished the handshake. It turns the core's message tuples into envelopes and
-received envelopes into tuples, and handles the control messages of WIRE.md:
+finished the handshake. It hands the core's message tuples to its session's
+:class:`~broker_spark.protocol.link_writer.LinkWriter`, which frames every byte
+sent, turns received envelopes into tuples, and handles the control messages of WIRE.md:
 ``routing_update`` (the peer's new filter), ``ping``/``pong`` (answered at
 once; the ``BYE`` goodbye on unpeer and shutdown) and, on a version 2 link, the
 routing messages and routed publications of the multi-hop fabric
 (:mod:`broker_spark.core.fabric`).
 
-Both directions sit on the hot path, so envelopes are built from a cached
-header per (topic, type, TTL) plus the payload, and parsed inline with the
-same checks as :func:`~broker_spark.protocol.wire_messages.decode_node_message`.
-In version 1 the sender field always names us (the last hop), which is the
-rewrite a forwarding hop does; the core has already decremented the TTL.
+Both directions sit on the hot path, so the writer builds envelopes from a
+cached header per (topic, type, TTL) plus the payload, and they are parsed
+inline with the same checks as
+:func:`~broker_spark.protocol.wire_messages.decode_node_message`. In version 1
+the sender field always names us (the last hop), which is the rewrite a
+forwarding hop does; the core has already decremented the TTL.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.link import Link
 from broker_spark.errors import EC, SC, BrokerError, DecodeError, DeliveryError
-from broker_spark.protocol.framing import encode_frame, frame_prefix
+from broker_spark.protocol.link_writer import LinkWriter
 from broker_spark.protocol.v2_messages import COMMAND_V2, DATA_V2, REVOCATION
 from broker_spark.protocol.wire_messages import (
     BROADCAST,
@@ -34,13 +36,8 @@ from broker_spark.protocol.wire_messages import (
     MSG_PING,
     MSG_PONG,
     MSG_ROUTING_UPDATE,
-    bye_token,
     decode_filter,
     decode_node_message,
-    encode_node_message,
-    encode_ping,
-    encode_pong_for,
-    encode_routing_update,
     with_sender_and_ttl,
 )
 from broker_spark.status import NetworkInfo, PeerFlags
@@ -50,11 +47,6 @@ if TYPE_CHECKING:
     from broker_spark.core.fabric import Fabric
 
 __all__ = ["LinkConnection", "LinkHost", "TcpLink"]
-
-_U32 = frame_prefix
-
-#: Cached envelope headers per link before the cache starts over.
-HEAD_CACHE_SIZE = 4096
 
 #: Our acknowledgement pings (``acknowledge``): 11 bytes like a goodbye token, but not
 #: ``BYE``, so the peer only answers.
@@ -69,10 +61,11 @@ class LinkConnection(Protocol):
 
     closing: bool
     decoder: Any  # the connection's EnvelopeReader (learns headers)
+    writer: LinkWriter | None  # the session's sending half (set once peered)
 
-    def send(self, parts: list[bytes], count: int = 1) -> None: ...
+    def flush_soon(self) -> None: ...
 
-    def send_now(self, frame: bytes) -> None: ...
+    def flush_now(self) -> None: ...
 
     def room(self) -> int: ...
 
@@ -119,10 +112,8 @@ class TcpLink(Link):
         "sent_filter",
         "bye_received",
         "bye_token",
+        "writer",
         "_acks",
-        "_heads",
-        "_v2_heads",
-        "_v2_version",
     )
 
     def __init__(
@@ -143,9 +134,10 @@ class TcpLink(Link):
         self.bye_received = False
         self.bye_token: bytes | None = None
         self._acks: dict[bytes, asyncio.Future[None]] = {}  # our pings' tokens, awaiting pongs
-        self._heads: dict[tuple[str, int, int], bytes] = {}
-        self._v2_heads: dict[tuple[str, int, int, bytes], bytes | None] = {}
-        self._v2_version = -1
+        writer = conn.writer
+        assert writer is not None, "a link starts once its session is peered"
+        #: Every frame this link sends is made here (the session's sending half).
+        self.writer: LinkWriter = writer
         self.source.on_room = conn.resume_reading
 
     # -- the Link contract (called by the core) --------------------------------
@@ -160,61 +152,11 @@ class TcpLink(Link):
         if self.closed:
             return
         if self.version >= 2:
-            self._deliver_v2(msgs)
-            return
-        heads = self._heads
-        parts: list[bytes] = []
-        extend = parts.extend
-        topic = None
-        ttl = kind = -1
-        head = b""
-        size = 0
-        for m in msgs:
-            if m[0] is not topic or m[3] != ttl or m[2] != kind:
-                topic, kind, ttl = m[0], m[2], m[3]
-                key = (topic, kind, ttl)
-                head = heads.get(key) or self._head(key)
-                size = len(head)
-            payload = m[1]
-            extend((_U32(size + len(payload)), head, payload))
-        self.conn.send(parts, len(msgs))
-
-    def _head(self, key: tuple[str, int, int]) -> bytes:
-        topic, kind, ttl = key
-        head = encode_node_message(self.own_id, BROADCAST, kind, ttl, topic, b"")
-        if len(self._heads) >= HEAD_CACHE_SIZE:
-            self._heads.clear()
-        self._heads[key] = head
-        return head
-
-    def _deliver_v2(self, msgs: list) -> None:
-        fabric = self.peering.fabric
-        heads = self._v2_heads
-        if self._v2_version != fabric.version or len(heads) >= HEAD_CACHE_SIZE:
-            heads.clear()
-            self._v2_version = fabric.version
-        parts: list[bytes] = []
-        extend = parts.extend
-        count = 0
-        topic = sender = None
-        ttl = kind = -1
-        head: bytes | None = None
-        size = 0
-        for m in msgs:
-            if m[0] is not topic or m[4] is not sender or m[3] != ttl or m[2] != kind:
-                topic, kind, ttl, sender = m[0], m[2], m[3], m[4]
-                key = (topic, kind, ttl, sender)
-                head = heads.get(key, False)  # type: ignore[arg-type]
-                if head is False:
-                    head = heads[key] = fabric.header_for(self.peer_id, *key)
-                size = len(head) if head is not None else 0
-            if head is None:
-                continue
-            payload = m[1]
-            extend((_U32(size + len(payload)), head, payload))
-            count += 1
-        if count:
-            self.conn.send(parts, count)
+            fabric = self.peering.fabric
+            self.writer.messages_v2(msgs, fabric.header_for, fabric.version)
+        else:
+            self.writer.messages(msgs)
+        self.conn.flush_soon()
 
     def send_filter(self, prefixes: tuple[str, ...]) -> None:
         # Our advertised filter also depends on the other peers' filters.
@@ -224,7 +166,8 @@ class TcpLink(Link):
         """Send a version 1 routing_update with our filter for this peer, if it changed."""
         if prefixes != self.sent_filter and not self.closed:
             self.sent_filter = prefixes
-            self.send_body(encode_routing_update(self.own_id, self.peer_id, prefixes))
+            self.writer.routing_update(prefixes)
+            self.conn.flush_soon()
 
     async def acknowledge(self, deadline: float) -> None:
         """A ping behind everything sent so far; return once its pong arrives.
@@ -237,7 +180,8 @@ class TcpLink(Link):
         loop = asyncio.get_running_loop()
         token = ACK_PREFIX + os.urandom(8)
         waiter = self._acks[token] = loop.create_future()
-        self.send_body(encode_ping(self.own_id, self.peer_id, token))
+        self.writer.ping(token)
+        self.conn.flush_soon()
         try:
             await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
@@ -275,13 +219,15 @@ class TcpLink(Link):
         conn.begin_goodbye(peering.bye_timeout)
 
     def _send_bye(self) -> None:
-        token = self.bye_token = bye_token(int.from_bytes(os.urandom(8), "little"))
-        self.conn.send_now(encode_frame(encode_ping(self.own_id, self.peer_id, token)))
+        self.bye_token = self.writer.bye()
+        self.conn.flush_now()
 
     # -- sending control messages ----------------------------------------------------
 
     def send_body(self, body: bytes) -> None:
-        self.conn.send([_U32(len(body)), body])
+        """A control message encoded already (the fabric's version 2 routing messages)."""
+        self.writer.body(body)
+        self.conn.flush_soon()
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -413,7 +359,7 @@ class TcpLink(Link):
         box = outbox.get(target)
         if box is None:
             box = outbox[target] = [[], 0]
-        box[0] += (_U32(len(fwd)), fwd)
+        box[0].append((b"", [fwd]))
         box[1] += 1
 
     def _offer(self, batch: list) -> None:
@@ -439,7 +385,8 @@ class TcpLink(Link):
                 return
             self.peering.peer_filter(self, prefixes)
         elif kind == MSG_PING:
-            self.send_body(encode_pong_for(msg, self.own_id))
+            self.writer.pong_for(msg)
+            self.conn.flush_soon()
             if msg.payload_bytes.startswith(b"BYE") and len(msg.payload) == 11:
                 self.bye_received = True
                 self.peering.link_lost(self, SC.PeerRemoved)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.data import Count, Enum, Port
+from broker_spark.errors import SC
 from broker_spark.zeek import Batch, Event, LogCreate, LogWrite, standard_schema
 from broker_spark.zeek.types import zeek_interval, zeek_time
 
@@ -240,8 +241,6 @@ class EventPublisher:
         return end - self._started if self._started else 0.0
 
     def _greet_new_peers(self) -> None:
-        from broker_spark.errors import SC
-
         if self._peers_added is None:
             return
         codes = [getattr(s, "code", lambda: None)() for s in self._peers_added.poll()]

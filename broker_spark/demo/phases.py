@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from broker_spark.data.json_codec import loads_value
+from broker_spark.demo.events import ConnectionLogs, EventPublisher
 from broker_spark.demo.options import (
     STORE_NAME,
     SUMMARY_TOPIC,
@@ -31,6 +33,8 @@ from broker_spark.demo.options import (
     DemoResult,
     Wiring,
 )
+from broker_spark.demo.spark import SummarySink, read_conn_log, windowed_totals
+from broker_spark.zeek import Event
 
 __all__ = ["DemoRun"]
 
@@ -56,7 +60,6 @@ class DemoRun:
         out: Callable[[str], None],
         result: DemoResult,
     ) -> None:
-        from broker_spark.demo.spark import SummarySink
 
         self.options = options
         self.spark = spark
@@ -109,7 +112,6 @@ class DemoRun:
     # --- phases ----------------------------------------------------------------------------
 
     def _start_query(self) -> None:
-        from broker_spark.demo.spark import read_conn_log, windowed_totals
 
         t = time.monotonic()
         events = read_conn_log(
@@ -148,7 +150,6 @@ class DemoRun:
         )
 
     def _publish(self) -> None:
-        from broker_spark.demo.events import ConnectionLogs, EventPublisher
 
         o = self.options
         if not o.peer:
@@ -250,7 +251,6 @@ class DemoRun:
         self._take_summaries(self.summaries.poll())
 
     def _take_summaries(self, messages: list[tuple[str, Any]]) -> None:
-        from broker_spark.zeek import Event
 
         for _topic, value in messages:
             self.result.summaries_received += 1
@@ -269,7 +269,6 @@ class DemoRun:
     # --- the end -------------------------------------------------------------------------------
 
     def _read_store(self) -> None:
-        from broker_spark.data.json_codec import loads_value
 
         try:
             rows = (

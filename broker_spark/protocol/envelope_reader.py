@@ -27,23 +27,21 @@ The header length is found from the two layouts that are ever learned:
 - version 2 data with a leaf multipath: 37 bytes + the topic + the 16-byte
   publisher + a one-byte multipath length + the multipath.
 
-Sizes are bounded as in :class:`~broker_spark.protocol.framing.FrameDecoder`
-(this *is* one): a frame over the limit fails the stream from its header alone.
+Frames are cut by :class:`~broker_spark.protocol.framing.FrameDecoder`'s one loop
+(this *is* one; ``body_bounds``), so sizes are bounded the same way: a frame over the
+limit fails the stream from its header alone.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-from broker_spark.protocol.framing import HEADER_SIZE, FrameDecoder
+from broker_spark.protocol.framing import FrameDecoder
 
 __all__ = ["CACHE_SIZE", "EnvelopeReader"]
 
 #: Distinct known headers kept per connection before the cache starts over.
 CACHE_SIZE = 1024
-
-_unpack_u32 = struct.Struct(">I").unpack_from
 
 #: Offset of the message type and of the topic length in an envelope body.
 _TYPE = 32
@@ -116,16 +114,9 @@ class EnvelopeReader(FrameDecoder):
         skip = len(last)
         entry = type(fields) is not tuple
         run: list | None = None  # the payloads of the entry pair appended last
-        end, limit = len(data), self._max
-        while end - pos >= HEADER_SIZE:
-            (size,) = _unpack_u32(data, pos)
-            if size > limit:
-                self._fail(size, self._fed - (end - pos))
-            start = pos + HEADER_SIZE
-            stop = start + size
-            if stop > end:
-                break
-            pos = stop
+        bounds, pos = self.body_bounds(data, pos)
+        it = iter(bounds)
+        for start, stop in zip(it, it, strict=True):
             if data.startswith(last, start, stop):
                 if not entry:
                     append((fields[0], data[start + skip : stop], fields[1], fields[2], fields[3]))
@@ -154,7 +145,7 @@ class EnvelopeReader(FrameDecoder):
                     continue
             append(data[start:stop])
             raw += 1
-        if pos < end:
+        if pos < len(data):
             self._partial += memoryview(data)[pos:]
         return out, raw
 

@@ -131,7 +131,21 @@ class FrameDecoder:
 
     def _parse(self, data: bytes, pos: int) -> tuple[list[bytes], int]:
         """Parse complete frames out of ``data`` from ``pos``; return them and the stop."""
-        out: list[bytes] = []
+        bounds, pos = self.body_bounds(data, pos)
+        it = iter(bounds)
+        return [data[start:stop] for start, stop in zip(it, it, strict=True)], pos
+
+    def body_bounds(self, data: bytes, pos: int) -> tuple[list[int], int]:
+        """Where the bodies of the complete frames in ``data`` from ``pos`` lie, flat
+        (``start, stop, start, stop, ...``), and where the first incomplete frame starts.
+
+        The one loop that cuts frames: :class:`~broker_spark.protocol.envelope_reader.EnvelopeReader`
+        walks these bounds too. A length over the limit fails the stream here, from the
+        header alone. Bounds rather than bodies, so that a reader that wants only part of a
+        body (the payload after a known header) copies that part only.
+        """
+        bounds: list[int] = []
+        add = bounds.extend
         end = len(data)
         limit = self._max
         while end - pos >= HEADER_SIZE:
@@ -142,9 +156,9 @@ class FrameDecoder:
             stop = start + size
             if stop > end:
                 break
-            out.append(data[start:stop])
+            add((start, stop))
             pos = stop
-        return out, pos
+        return bounds, pos
 
     def _fail(self, size: int, stream_offset: int) -> None:
         self._error = (

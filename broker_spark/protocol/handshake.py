@@ -50,7 +50,7 @@ from broker_spark.protocol.wire_messages import (
     encode_handshake,
 )
 
-__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT", "Handshake", "HandshakeState"]
+__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT", "Handshake", "HandshakeState", "refusal"]
 
 #: Seconds a handshake may take from its creation before it fails with PeerTimeout.
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
@@ -311,3 +311,10 @@ class Handshake:
         """Fail and tell the peer why, with drop_conn."""
         self._send(DropConn(self.own_id, int(code), message))
         self._fail(code, message)
+
+
+def refusal(own_id: bytes, code: EC, message: str) -> bytes:
+    """The bytes that turn a peer away before any handshake: one framed ``drop_conn``
+    naming ``code`` and why (what a TLS-only listener answers a plain-text peer, in the
+    peer's own language, before it closes)."""
+    return encode_frame(encode_handshake(DropConn(own_id, int(code), message)))

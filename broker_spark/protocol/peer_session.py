@@ -17,8 +17,12 @@ periodic health check. Everything that *decides* about one connection is here:
   link's health: keep-alive pings, liveness, a stalled reader
   (:func:`~broker_spark.protocol.link_health.check_link`).
 
-What the messages *mean* (routing, control messages, the goodbye) is the
-link's (:mod:`broker_spark.core.tcp_link`), and the bounded send buffer is the
+Once peered, every frame the connection sends comes from the session's
+:class:`~broker_spark.protocol.link_writer.LinkWriter` (:attr:`PeerSession.writer`):
+data and commands, routed copies, routing updates, pings, pongs, the goodbye, and
+the keep-alives; it also holds the bounded send buffer and its overflow policy.
+What the messages *mean* (routing, control messages, the goodbye) is the link's
+(:mod:`broker_spark.core.tcp_link`), which says what to send; when to write is the
 shell's, since it follows the transport's own flow control.
 
 Bad input never raises: it ends in one :class:`Failed` event naming the reason,
@@ -35,7 +39,7 @@ from broker_spark.errors import EC, DecodeError
 from broker_spark.protocol.envelope_reader import EnvelopeReader
 from broker_spark.protocol.handshake import Handshake
 from broker_spark.protocol.link_health import HEALTHY, check_link
-from broker_spark.protocol.wire_messages import encode_ping
+from broker_spark.protocol.link_writer import LinkWriter
 
 __all__ = [
     "KEEPALIVE",
@@ -117,6 +121,8 @@ class PeerSession:
         handshake_timeout: float,
         is_redundant: Callable[[bytes], bool] | None = None,
         tls: bool = False,
+        send_capacity: int = 1 << 16,
+        overflow_policy: str = "disconnect",
     ) -> None:
         self.reader = EnvelopeReader(max_frame_size)
         self.handshake = Handshake(
@@ -139,6 +145,10 @@ class PeerSession:
         self.last_rx = now
         self.last_ping = now
         self._sniff = not tls  # a plain endpoint checks the first byte for a TLS record
+        self._capacity = send_capacity
+        self._policy = overflow_policy
+        #: The sending half once peered (None before): every frame the link sends.
+        self.writer: LinkWriter | None = None
         self.handshake.start()
         self._out: list[bytes] = [self.handshake.data_to_send()]
 
@@ -156,13 +166,21 @@ class PeerSession:
         return self.reader.pending
 
     def data_to_send(self) -> bytes:
-        """What the session wants written now, in order (handshake frames, keep-alives)."""
+        """What the session wants written, in order: the handshake's frames, then, once
+        peered, what the :attr:`writer` holds (the shell writes it when the transport
+        takes writes)."""
         out, self._out = self._out, []
+        writer = self.writer
+        if writer is not None:
+            out.append(writer.data_to_send())
         return b"".join(out)
 
     def end(self) -> None:
-        """The shell closes the connection: take nothing more."""
+        """The shell closes the connection: take nothing more, queue nothing more to send
+        (but the goodbye and its answers: :meth:`LinkWriter.urgent`)."""
         self.ended = True
+        if self.writer is not None:
+            self.writer.closed = True
 
     def receive_data(self, data: bytes, now: float) -> list[Event]:
         """What the socket read, at ``now``; the events it leads to, in order."""
@@ -233,15 +251,18 @@ class PeerSession:
         policy: str,
         paused: bool = False,
         paused_at: float = 0.0,
-        dropping: bool = False,
-        queued: int = 0,
-        capacity: int = 0,
+        queued: int | None = None,
+        capacity: int | None = None,
     ) -> list[Event]:
-        """The periodic health check of a peered session; the write side's state comes from
-        the shell (``paused``: the transport stopped taking our writes at ``paused_at``;
-        ``queued`` of ``capacity`` messages wait). A keep-alive goes to :meth:`data_to_send`."""
+        """The periodic health check of a peered session; the transport's state comes from
+        the shell (``paused``: it stopped taking our writes at ``paused_at``), how many
+        messages wait from the :attr:`writer` (``queued`` and ``capacity`` override it). A
+        keep-alive is queued behind what waits; a stalled reader under a drop policy sets
+        the writer dropping."""
         if not self.peered or self.ended:
             return []
+        writer = self.writer
+        assert writer is not None
         verdict = check_link(
             now,
             last_rx=self.last_rx,
@@ -249,9 +270,9 @@ class PeerSession:
             ping_interval=ping_interval,
             liveness_timeout=liveness_timeout,
             paused=paused,
-            dropping=dropping,
-            queued=queued,
-            capacity=capacity,
+            dropping=writer.dropping,
+            queued=writer.queued if queued is None else queued,
+            capacity=writer.capacity if capacity is None else capacity,
             paused_at=paused_at,
             stall_timeout=stall_timeout,
             policy=policy,
@@ -262,12 +283,11 @@ class PeerSession:
             return self._fail(EC.PeerTimeout, verdict.lost)
         if verdict.ping:
             self.last_ping = now
-            assert self.peer_id is not None
-            body = encode_ping(self.node_id, self.peer_id, KEEPALIVE)
-            self._out.append(len(body).to_bytes(4, "big") + body)
+            writer.ping(KEEPALIVE)
         if verdict.disconnect is not None:
             return self._fail(EC.PeerTimeout, verdict.disconnect)
         if verdict.drop is not None:
+            writer.dropping = True
             return [Stalled(verdict.drop)]
         return []
 
@@ -293,6 +313,7 @@ class PeerSession:
         self.peered = True
         self.last_ping = now
         self.peer_id = hs.peer_id
+        self.writer = LinkWriter(self.node_id, hs.peer_id, self._capacity, self._policy)
         return Peered(hs.peer_id, hs.version, tuple(hs.peer_filter or ()), hs.own_filter)
 
     def _handshake_failed(self) -> list[Event]:

@@ -26,7 +26,7 @@ _LAZY = {
     "zeek_log_schema": "broker_spark.spark.zeek_schema",
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
-    "stop_receiver": "broker_spark.spark.runtime.receiver_attach",
+    "stop_receiver": "broker_spark.reader.receiver_attach",
     "write_zeek_tables": "broker_spark.spark.zeek_tables",
 }
 

@@ -41,6 +41,7 @@ import logging
 from typing import Any
 
 from broker_spark.spark.read.parallelism import is_connect_session, session_parallelism
+from broker_spark.spark.source import BrokerDataSource
 
 __all__ = ["SECRET_OPTION_VALUES", "register", "registered_source"]
 
@@ -61,7 +62,6 @@ def registered_source(parallelism: int | None) -> type:
     A class made here, not importable by name, so cloudpickle ships it by value
     (with the figure) to Spark's Python processes; its base is imported there.
     """
-    from broker_spark.spark.source import BrokerDataSource
 
     return type(
         "BrokerDataSource",

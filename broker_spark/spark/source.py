@@ -41,14 +41,14 @@ except ImportError as exc:  # PySpark 3.5 and earlier, or none: say what is need
     raise unsupported_pyspark() from exc
 from pyspark.sql.types import StructType
 
-from broker_spark.spark.compat import arrow_schema
-from broker_spark.spark.options import (
+from broker_spark.reader.options import (
     BrokerOptionError,
     parse_reader_options,
     parse_writer_options,
 )
+from broker_spark.spark.compat import arrow_schema
+from broker_spark.spark.read.offered_columns import default_ddl, offered_schema
 from broker_spark.spark.read.stream import stream_reader
-from broker_spark.spark.schema import default_ddl
 from broker_spark.spark.tables.stores import (
     STORE_DDL,
     StoreStreamWriter,
@@ -82,8 +82,6 @@ class BrokerDataSource(DataSource):
         if options.store is not None:
             return STORE_DDL
         if options.format == "zeek-logs":
-            from broker_spark.spark.read.log_schemas import offered_schema
-
             return offered_schema(options)
         return default_ddl(options.format, relay=bool(options.relays))
 

@@ -52,7 +52,7 @@ from broker_spark.columnar.log_columns import (
     metadata_names,
     nest_columns,
 )
-from broker_spark.spark.options import BrokerOptionError
+from broker_spark.reader.options import BrokerOptionError
 from broker_spark.zeek.log_schema import LogSchema, standard_schema
 from broker_spark.zeek.types import TypeTag, ZeekType
 

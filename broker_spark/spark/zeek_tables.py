@@ -6,7 +6,7 @@ columns that writer reads. See docs/zeek.md ("A table per log").
 """
 
 from broker_spark.spark.tables.columns import KEPT_METADATA
-from broker_spark.spark.tables.writer import (
+from broker_spark.spark.tables.log_tables import (
     STREAM_COLUMNS,
     ZeekTableError,
     ZeekTables,

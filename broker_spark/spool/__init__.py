@@ -8,7 +8,7 @@ ranges of it to readers. It needs no Spark; three owners use it:
 * ``broker-spark node --spool`` (a *relay*, next to Zeek or anywhere), which
   serves its spool on ``--relay`` to readers that dial in over TCP/TLS;
 * the *receiver* process of a query's ``spoolPath``
-  (:mod:`broker_spark.spark.runtime.receiver`), serving it over a Unix socket;
+  (:mod:`broker_spark.reader.receiver`), serving it over a Unix socket;
 * the Spark stream reader's driver side, for a private spool.
 
 Modules, from the disk up:

@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_spark.errors import DecodeError
+from broker_spark.errors import DecodeError, EncodeError
 from broker_spark.zeek.columns import _PAD, Block, decode_block
 from broker_spark.zeek.json_columns import render_block
 from broker_spark.zeek.json_log import LineRenderer
 from broker_spark.zeek.log_scan import LogGroup, LogScanner
 from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry, standard_schema
-from broker_spark.zeek.record import decode_values
+from broker_spark.zeek.record import decode_values, encode_record
 
 __all__ = ["BULK_MIN", "LogLines", "group_lines"]
 
@@ -112,8 +112,6 @@ def group_lines(
 
 def _fits(values: list, schema: LogSchema) -> bool:
     """Whether decoded values could be records of ``schema`` (by their Python types)."""
-    from broker_spark.errors import EncodeError
-    from broker_spark.zeek.record import encode_record
 
     try:
         encode_record(values, schema.fields)

@@ -32,7 +32,7 @@ from broker_spark.data.varbyte import read_varbyte
 from broker_spark.errors import DecodeError
 from broker_spark.zeek.log_batch import read_header, record_spans, run_spans
 from broker_spark.zeek.log_schema import LogSchema, SchemaRegistry
-from broker_spark.zeek.logs import LogCreate
+from broker_spark.zeek.logs import LogCreate, LogWrite
 
 __all__ = ["LOG_CREATE_HEAD", "LogGroup", "LogScanner", "is_log_create"]
 
@@ -473,7 +473,6 @@ class LogScanner:
 
     def _slow_write(self, buf: bytes, pos: int, end: int, sender: str, message: int) -> int:
         """A LogWrite whose head is not cached (unusually long names): decoded in full."""
-        from broker_spark.zeek.logs import LogWrite
 
         value, after = decode_from(buf, pos)
         write = LogWrite(value)

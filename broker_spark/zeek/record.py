@@ -31,6 +31,8 @@ from broker_spark.data.types import (
     DataType,
     Enum,
     Port,
+    timespan_ns,
+    timestamp_ns,
     type_of,
 )
 from broker_spark.errors import DecodeError, EncodeError
@@ -472,12 +474,8 @@ def _seconds_of(value: Any, what: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, _dt.datetime):
-        from broker_spark.data.types import timestamp_ns
-
         return timestamp_ns(value) / 1_000_000_000
     if isinstance(value, _dt.timedelta):
-        from broker_spark.data.types import timespan_ns
-
         return timespan_ns(value) / 1_000_000_000
     raise EncodeError(f"{what} needs a number of seconds, got {value!r:.60}")
 

@@ -44,7 +44,7 @@ import logging
 import os
 from typing import Any
 
-from broker_spark.spark.read.offsets import plan_partitions
+from broker_spark.reader.offsets import plan_partitions
 
 __all__ = [
     "plan_ranges",

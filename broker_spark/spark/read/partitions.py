@@ -46,6 +46,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from broker_spark.errors import DecodeError
+from broker_spark.reader.relay_fetch import fetch_from_relay
 from broker_spark.spark.read.local_executors import report_if_local
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
@@ -222,8 +223,6 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
     """The range from the shared spool (read-only view) or the relay, or what is still held
     of it if data was lost; and the number of records read."""
     if partition.relay is not None:
-        from broker_spark.spark.read.relay_fetch import fetch_from_relay
-
         relay, ssl = partition.relay
 
         def read(lo: int, hi: int) -> tuple[bytes, int]:

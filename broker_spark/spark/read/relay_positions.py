@@ -23,7 +23,7 @@ Spark's Kafka source keeps one per partition (:class:`RelayOffsets`):
   (nothing new is planned from it), the log says so once (and again when it is
   back), and ``reportLatestOffset`` (the query's progress) names it under
   ``unreachable``. Ranges already planned on it are retried by their tasks for a
-  while (:data:`~broker_spark.spark.read.relay_fetch.TASK_RETRY`);
+  while (:data:`~broker_spark.reader.relay_fetch.TASK_RETRY`);
 * a relay in the checkpoint whose address left the options fails the query,
   naming it.
 
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
+from broker_spark.reader.in_process import BrokerDataLossError, lost_before_checkpoint
+from broker_spark.reader.offsets import RelayOffsets, fair_shares
+from broker_spark.reader.options import ReaderOptions, parse_host_port
+from broker_spark.reader.remote import RelayRuntime, RelaySet, reader_runtime
 from broker_spark.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
-from broker_spark.spark.options import ReaderOptions, parse_host_port
-from broker_spark.spark.read.offsets import RelayOffsets, fair_shares
 from broker_spark.spark.read.parallelism import plan_ranges
 from broker_spark.spark.read.partitions import SpoolPartition, with_schemas
-from broker_spark.spark.runtime.in_process import BrokerDataLossError, lost_before_checkpoint
-from broker_spark.spark.runtime.remote import RelayRuntime, RelaySet, reader_runtime
 
 if TYPE_CHECKING:
     from broker_spark.spark.read.rows import Rows

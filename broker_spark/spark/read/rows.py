@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.columnar.record_batches import RecordConverter
-from broker_spark.spark.options import ReaderOptions
-from broker_spark.spark.read.log_schemas import SPOOL_INDEX_INTERVAL, known_log_schema
+from broker_spark.reader.options import ReaderOptions
+from broker_spark.spark.read.offered_columns import SPOOL_INDEX_INTERVAL, known_log_schema
 from broker_spark.spark.read.partitions import BatchConverter, read_partition
 from broker_spark.spark.zeek_schema import log_columns
 from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL

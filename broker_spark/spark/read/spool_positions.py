@@ -33,15 +33,8 @@ Offsets are spool offsets (``{"offset": n}``, the next record, built by
   ``register(spark)`` captured, else the driver's cores
   (:mod:`~broker_spark.spark.read.parallelism`).
 
-Throughput (``bench/spark_stream.py``, 2 cores shared by publisher, endpoint,
-JVM and workers): the sum of the CPU every process spends per row is the
-bound, and Spark's share is not per row only. In a warm JVM each micro-batch
-costs about 0.13 to 0.16 s of JVM CPU whatever its size (planning, the
-checkpoint's offset and commit files, scheduling), and the JVM's JIT compiler
-spends more than the query itself during a session's first minute. So a
-500 ms trigger on a query that keeps up costs a third of a core in the JVM
-alone; a trigger of 2 s or more is the setting for throughput (at the price
-of a larger delay), ``maxRecordsPerTrigger`` only for bounding batches.
+What a reader's throughput is bound by, and the trigger to choose for it, is said in
+:mod:`.stream`.
 """
 
 from __future__ import annotations
@@ -52,10 +45,12 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
+from broker_spark.reader.in_process import BrokerDataLossError
+from broker_spark.reader.offsets import SpoolOffset
+from broker_spark.reader.options import ReaderOptions
+from broker_spark.reader.remote import Runtime, reader_runtime
 from broker_spark.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
-from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.read.local_executors import LocalExecutors, jvm_token
-from broker_spark.spark.read.offsets import SpoolOffset
 from broker_spark.spark.read.parallelism import plan_ranges
 from broker_spark.spark.read.partitions import (
     INLINE_CODEC,
@@ -63,8 +58,6 @@ from broker_spark.spark.read.partitions import (
     SpoolPartition,
     with_schemas,
 )
-from broker_spark.spark.runtime.in_process import BrokerDataLossError
-from broker_spark.spark.runtime.remote import Runtime, reader_runtime
 from broker_spark.spool.inline_frames import CompressedFrames
 from broker_spark.spool.segment import DataLossError
 

@@ -4,7 +4,7 @@ Where each method runs decides the design (REFERENCE.md section 3). The
 offset methods (``initialOffset``, ``latestOffset``, ``partitions``,
 ``commit``, ``prepareForTriggerAvailableNow``, ``stop``) run in one
 long-lived Python process on the driver per query run; the reader keeps a
-runtime there (:mod:`~broker_spark.spark.runtime.remote`: spool, endpoint,
+runtime there (:mod:`~broker_spark.reader.remote`: spool, endpoint,
 pump), started by the first of them. ``read`` runs on executors on a pickled
 copy, which never has a runtime: it only converts the partition it is given.
 
@@ -13,31 +13,9 @@ from (:class:`~broker_spark.spark.read.spool_positions.SpoolPositions`, one spoo
 :class:`~broker_spark.spark.read.relay_positions.RelayPositions`, a position per relay)
 and how records become rows (:mod:`~broker_spark.spark.read.rows`: messages, events, or
 Zeek's log records). Offsets are spool offsets (``{"offset": n}``, the next record), or
-one per relay. Choices where Spark leaves room:
-
-* ``startingOffsets=latest`` (the default) starts at the spool's end when
-  the query first starts, taken before its endpoint subscribes (so whatever a
-  peer sends on seeing the subscription is read, however late Spark asks for
-  the initial offset); ``earliest`` at the oldest record the spool holds
-  (which matters with a ``spoolPath`` kept from an earlier run).
-  ``initialOffset`` is remembered, because Spark asks twice.
-* Data loss: offsets below the spool's start (dropped by retention) or above
-  its end (a spool that did not survive a restart) fail the query with
-  ``failOnDataLoss=true``; with ``false`` the reader warns and reads what is
-  left, and a checkpoint beyond the spool restarts the spool there.
-* ``trigger(availableNow=True)`` reads up to the spool's end at the time the
-  runtime starts (or at ``prepareForTriggerAvailableNow`` if it already
-  runs): what had been received, not what arrives during the run.
-* ``partitionData=auto`` (the default) ships a partition's records inline
-  until a task shows it runs in the driver's JVM (local mode), then offsets
-  only, read from the spool by the task
-  (:mod:`~broker_spark.spark.read.local_executors`).
-* A batch is split into ranges of at most ``maxRecordsPerPartition``, into
-  at least ``minPartitions``, and into a multiple of the cluster's
-  parallelism (whole waves of tasks) when each still holds at least
-  :data:`MIN_RECORDS_PER_SPLIT` records; the parallelism is the one
-  ``register(spark)`` captured, else the driver's cores
-  (:mod:`~broker_spark.spark.read.parallelism`).
+one per relay. The choices where Spark leaves room (where a new query starts, data loss,
+``availableNow``, shipping records or offsets, how a batch is split into partitions) are
+the position sources' own: see :mod:`.spool_positions` and :mod:`.relay_positions`.
 
 Throughput (``bench/spark_stream.py``, 2 cores shared by publisher, endpoint,
 JVM and workers): the sum of the CPU every process spends per row is the
@@ -58,13 +36,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from broker_spark.reader.options import ReaderOptions
 from broker_spark.spark.compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from broker_spark.spark.options import ReaderOptions
 from broker_spark.spark.read.parallelism import MIN_RECORDS_PER_SPLIT, local_parallelism
 from broker_spark.spark.read.relay_positions import RelayPositions
 from broker_spark.spark.read.rows import LogRows, MessageRows, Rows

@@ -1,7 +1,7 @@
 """The columns of Zeek's log tables: what the stream must hold, what each row keeps,
 and whether a log's columns fit its table.
 
-:mod:`~broker_spark.spark.tables.writer` writes a table per log; these are the column
+:mod:`~broker_spark.spark.tables.log_tables` writes a table per log; these are the column
 rules both of its paths (Arrow's tasks and Spark's writer) share: the stream's input
 columns (a row per record, or per run of a message's records), the position and
 provenance a table row keeps beside the log's own columns, when a log's columns clash

@@ -1,6 +1,6 @@
 """A micro-batch's Zeek log rows staged as Parquet files by the tasks that hold them.
 
-The writer's fast path (:mod:`~broker_spark.spark.tables.writer`, for tables of
+The writer's fast path (:mod:`~broker_spark.spark.tables.log_tables`, for tables of
 Parquet files, :data:`STAGED_FORMATS`, compressed as the session's
 ``spark.sql.parquet.compression.codec`` says): one Spark job (``mapInArrow``) in
 which each task groups its rows by log and columns (``_path``, ``log_schema_id``),

@@ -58,14 +58,14 @@ from broker_spark.data.json_codec import dumps_value, loads_value
 from broker_spark.data.types import timespan_ns
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DecodeError, EncodeError
+from broker_spark.reader.connect import EndpointSettings, open_endpoint
+from broker_spark.reader.in_process import ReaderRuntime
+from broker_spark.reader.offsets import plan_partitions
+from broker_spark.reader.options import BrokerOptionError, ReaderOptions, WriterOptions
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
-from broker_spark.spark.options import BrokerOptionError, ReaderOptions, WriterOptions
-from broker_spark.spark.read.offsets import plan_partitions
-from broker_spark.spark.read.partitions import read_partition
+from broker_spark.spark.read.rows import MessageRows
 from broker_spark.spark.read.stream import StreamReader
-from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint
-from broker_spark.spark.runtime.in_process import ReaderRuntime
-from broker_spark.spool.spool import DEFAULT_INDEX_INTERVAL
+from broker_spark.store.events import store_events_topic
 from broker_spark.zeek.script_types import ScriptType, parse_type
 from broker_spark.zeek.typed_values import convert
 
@@ -198,22 +198,12 @@ class StoreEventConverter:
 _ABSENT = object()
 
 
-class StoreEventRows:
-    """A store's change events as rows (the converter half of :func:`store_change_reader`)."""
-
-    logs = False
-    index_interval = DEFAULT_INDEX_INTERVAL
-
-    def __init__(self, options: ReaderOptions, schema: pa.Schema) -> None:
-        self.options = options
-        self.arrow_schema = schema
-        self.converter()  # a schema that cannot be mapped fails here, at query start
+class StoreEventRows(MessageRows):
+    """A store's change events as rows (the converter half of :func:`store_change_reader`):
+    message rows whose converter reads store events."""
 
     def converter(self, partition: Any = None) -> StoreEventConverter:
         return StoreEventConverter(self.arrow_schema, self.options.mode)
-
-    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.converter(partition))
 
 
 def store_change_reader(
@@ -227,8 +217,6 @@ def store_change_reader(
 
 def _clone_runtime(options: ReaderOptions) -> ReaderRuntime:
     """The reader's own endpoint, subscribed to the store's events of a clone it attaches."""
-    from broker_spark.store.events import store_events_topic
-
     name = options.store
     assert name is not None
     return ReaderRuntime(

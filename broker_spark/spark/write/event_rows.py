@@ -30,7 +30,7 @@ from broker_spark.columnar.typed_columns import (
     metadata_column,
 )
 from broker_spark.data.binary import encode
-from broker_spark.spark.options import BrokerOptionError, WriterOptions
+from broker_spark.reader.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.write.row_messages import BadRow, EncodedBatch, RowTopics, field_index
 from broker_spark.zeek.script_types import Basic, EventSignature
 

@@ -32,7 +32,7 @@ from broker_spark.data.binary import encode
 from broker_spark.data.types import Port
 from broker_spark.data.varbyte import encode_varbyte
 from broker_spark.errors import EncodeError
-from broker_spark.spark.options import BrokerOptionError, WriterOptions
+from broker_spark.reader.options import BrokerOptionError, WriterOptions
 from broker_spark.spark.write.row_messages import BadRow, EncodedBatch
 from broker_spark.zeek.log_scan import BATCH_HEAD, LOG_WRITE_HEAD
 from broker_spark.zeek.log_schema import LogField, LogSchema

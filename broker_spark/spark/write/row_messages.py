@@ -46,7 +46,7 @@ from broker_spark.data.arrow import from_arrow
 from broker_spark.data.binary import encode
 from broker_spark.data.json_codec import loads_value
 from broker_spark.errors import BrokerError
-from broker_spark.spark.options import BrokerOptionError, WriterOptions
+from broker_spark.reader.options import BrokerOptionError, WriterOptions
 from broker_spark.zeek.script_types import ScriptType, parse_type
 
 __all__ = ["BadRow", "EncodedBatch", "RowEncoder", "RowTopics", "field_index", "require_text"]

@@ -49,9 +49,11 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from broker_spark.data.binary import encode
 from broker_spark.endpoint import Endpoint
 from broker_spark.errors import EC, BrokerError, DeliveryError
+from broker_spark.reader.connect import EndpointSettings, open_endpoint
+from broker_spark.reader.options import ConnectionOptions, WriterOptions
 from broker_spark.spark.compat import ArrowStreamWriterBase, arrow_batches
-from broker_spark.spark.options import ConnectionOptions, WriterOptions
-from broker_spark.spark.runtime.connect import EndpointSettings, open_endpoint
+from broker_spark.spark.write.event_rows import SignatureRowEncoder
+from broker_spark.spark.write.log_rows import LogRowEncoder
 from broker_spark.spark.write.row_messages import BadRow, EncodedBatch, RowEncoder
 from broker_spark.websocket.verdicts import (
     Refusal,
@@ -152,12 +154,8 @@ def make_encoder(schema: pa.Schema, options: WriterOptions) -> _Encoder:
     """The encoder of a write: Zeek log records with option ``log``, else data messages
     (a schema that cannot be published fails here, when the query starts)."""
     if options.log is not None:
-        from broker_spark.spark.write.log_rows import LogRowEncoder
-
         return LogRowEncoder(schema, options)
     if options.signature is not None:
-        from broker_spark.spark.write.event_rows import SignatureRowEncoder
-
         return SignatureRowEncoder(schema, options)
     return RowEncoder(schema, options)
 
