@@ -28,7 +28,7 @@ The header length is found from the two layouts that are ever learned:
   publisher + a one-byte multipath length + the multipath.
 
 Frames are cut by :class:`~broker_spark.protocol.framing.FrameDecoder`'s one loop
-(this *is* one; ``body_bounds``), so sizes are bounded the same way: a frame over the
+(this *is* one; ``body_ends``), so sizes are bounded the same way: a frame over the
 limit fails the stream from its header alone.
 """
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_spark.protocol.framing import FrameDecoder
+from broker_spark.protocol.framing import HEADER_SIZE, FrameDecoder
 
 __all__ = ["CACHE_SIZE", "EnvelopeReader"]
 
@@ -114,9 +114,10 @@ class EnvelopeReader(FrameDecoder):
         skip = len(last)
         entry = type(fields) is not tuple
         run: list | None = None  # the payloads of the entry pair appended last
-        bounds, pos = self.body_bounds(data, pos)
-        it = iter(bounds)
-        for start, stop in zip(it, it, strict=True):
+        ends, rest = self.body_ends(data, pos)
+        for stop in ends:
+            start = pos + HEADER_SIZE
+            pos = stop
             if data.startswith(last, start, stop):
                 if not entry:
                     append((fields[0], data[start + skip : stop], fields[1], fields[2], fields[3]))
@@ -145,8 +146,8 @@ class EnvelopeReader(FrameDecoder):
                     continue
             append(data[start:stop])
             raw += 1
-        if pos < len(data):
-            self._partial += memoryview(data)[pos:]
+        if rest < len(data):
+            self._partial += memoryview(data)[rest:]
         return out, raw
 
     def _match(self, bodies: list[bytes]) -> tuple[list, int]:

@@ -131,34 +131,39 @@ class FrameDecoder:
 
     def _parse(self, data: bytes, pos: int) -> tuple[list[bytes], int]:
         """Parse complete frames out of ``data`` from ``pos``; return them and the stop."""
-        bounds, pos = self.body_bounds(data, pos)
-        it = iter(bounds)
-        return [data[start:stop] for start, stop in zip(it, it, strict=True)], pos
+        ends, stop = self.body_ends(data, pos)
+        out: list[bytes] = []
+        append = out.append
+        for end in ends:
+            append(data[pos + HEADER_SIZE : end])
+            pos = end
+        return out, stop
 
-    def body_bounds(self, data: bytes, pos: int) -> tuple[list[int], int]:
-        """Where the bodies of the complete frames in ``data`` from ``pos`` lie, flat
-        (``start, stop, start, stop, ...``), and where the first incomplete frame starts.
+    def body_ends(self, data: bytes, pos: int) -> tuple[list[int], int]:
+        """Where the bodies of the complete frames in ``data`` from ``pos`` end, and where
+        the first incomplete frame starts: each body starts ``HEADER_SIZE`` bytes after the
+        previous body's end (the first, after ``pos``).
 
         The one loop that cuts frames: :class:`~broker_spark.protocol.envelope_reader.EnvelopeReader`
-        walks these bounds too. A length over the limit fails the stream here, from the
-        header alone. Bounds rather than bodies, so that a reader that wants only part of a
-        body (the payload after a known header) copies that part only.
+        walks these ends too. A length over the limit fails the stream here, from the header
+        alone. Ends rather than bodies, so that a reader that wants only part of a body (the
+        payload after a known header) copies that part only; one int a frame, the cheapest
+        form measured (bench/pubsub.py's subscriber CPU a message as with the loop inline).
         """
-        bounds: list[int] = []
-        add = bounds.extend
+        ends: list[int] = []
+        add = ends.append
         end = len(data)
         limit = self._max
         while end - pos >= HEADER_SIZE:
             (size,) = _unpack_u32(data, pos)
             if size > limit:
                 self._fail(size, self._fed - (end - pos))
-            start = pos + HEADER_SIZE
-            stop = start + size
+            stop = pos + HEADER_SIZE + size
             if stop > end:
                 break
-            add((start, stop))
+            add(stop)
             pos = stop
-        return bounds, pos
+        return ends, pos
 
     def _fail(self, size: int, stream_offset: int) -> None:
         self._error = (
