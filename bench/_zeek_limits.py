@@ -31,24 +31,35 @@ LIMITS = {
 }
 
 
-def _typed_block(path: str, rows: int, writes: list[bytes], batch: int) -> tuple[Any, Any]:
-    """``rows`` of log ``path``'s records (``writes``, its LogWrites, cycled) in Batches of
-    ``batch``, as the reader's converter types them: the Arrow batch, and its Spark schema."""
-    schema = standard_schema(path)
-    payloads = [encode(LogCreate.of(schema))]
+def log_payloads(path: str, rows: int, writes: list[bytes], batch: int) -> list[bytes]:
+    """Log ``path``'s LogCreate, then ``rows`` of its records (``writes``, its LogWrites,
+    cycled) in Batches of ``batch``: the messages a Zeek sends."""
+    payloads = [encode(LogCreate.of(standard_schema(path)))]
     for lo in range(0, rows, batch):
         n = min(batch, rows - lo)
         payloads.append(_batch([writes[(lo + i) % len(writes)] for i in range(n)]))
+    return payloads
+
+
+def log_converter(path: str) -> LogConverter:
+    """The reader's converter of log ``path``'s records into its typed columns."""
+    schema = standard_schema(path)
     spark_schema = zeek_log_schema(schema)
     columns = log_columns(spark_schema, schema.names)
-    converter = LogConverter(arrow_schema_of(spark_schema), columns, known=schema, paths=[path])
+    return LogConverter(arrow_schema_of(spark_schema), columns, known=schema, paths=[path])
+
+
+def _typed_block(path: str, rows: int, writes: list[bytes], batch: int) -> tuple[Any, Any]:
+    """``rows`` of log ``path``'s records in Batches of ``batch``, as the reader's converter
+    types them: the Arrow batch, and its Spark schema."""
+    payloads = log_payloads(path, rows, writes, batch)
     n = len(payloads)
-    typed = converter.convert(
-        [f"zeek/logs/{schema.stream}"] * n, payloads, ["zeek"] * n,
+    typed = log_converter(path).convert(
+        [f"zeek/logs/{standard_schema(path).stream}"] * n, payloads, ["zeek"] * n,
         [1_700_000_000_000_000_000] * n, list(range(n)),
     )  # fmt: skip
     assert typed.num_rows == rows, (path, typed.num_rows)
-    return typed, spark_schema
+    return typed, zeek_log_schema(standard_schema(path))
 
 
 def bench_limits(

@@ -113,7 +113,7 @@ def _batches(serials: list[bytes], count: int) -> list[bytes]:
     return out
 
 
-def _best(fn: Any, repeat: int) -> float:
+def best_of(fn: Any, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         gc.collect()
@@ -172,10 +172,10 @@ def bench_render(rows: int, repeat: int) -> dict[str, Any]:
     # the bulk output equals Zeek's lines
     sample = [line for _path, line in LogLines().lines(messages[:2])]
     assert sample == zeek_lines[: len(sample)]
-    t_ours = _best(ours, repeat)
-    t_base = _best(baseline, repeat)
-    t_typed = _best(typed, repeat)
-    t_scalar = _best(scalar, max(1, repeat // 2))
+    t_ours = best_of(ours, repeat)
+    t_base = best_of(baseline, repeat)
+    t_typed = best_of(typed, repeat)
+    t_scalar = best_of(scalar, max(1, repeat // 2))
     return {
         "rows": rows,
         "render_rows_per_s": rows / t_ours,
@@ -386,7 +386,7 @@ def _mix_spool(folder: str, rows: int) -> int:
         schema = standard_schema(path)
         messages.append((f"zeek/logs/{schema.stream}", encode(LogCreate.of(schema)), "zeek", now))
     per_log = {p: rows * n // sum(TABLES_MIX.values()) for p, n in TABLES_MIX.items()}
-    encoded = {p: _log_writes(p) for p in TABLES_MIX}
+    encoded = {p: log_writes(p) for p in TABLES_MIX}
     made = dict.fromkeys(TABLES_MIX, 0)
     while any(made[p] < per_log[p] for p in TABLES_MIX):
         for path, weight in TABLES_MIX.items():
@@ -404,7 +404,7 @@ def _mix_spool(folder: str, rows: int) -> int:
     return len(messages)
 
 
-def _log_writes(path: str) -> list[bytes]:
+def log_writes(path: str) -> list[bytes]:
     """The recordings' LogWrites of log ``path``, each as it travels inside a Batch."""
     from zeek_recordings import LOG_RECORDINGS, recording
 
@@ -586,7 +586,7 @@ def main() -> None:
                 spark, rows, 1 if args.quick else 2, args.lake
             )
             tables.update(
-                bench_limits(spark, rows, 1 if args.quick else 2, TABLES_MIX, _log_writes, BATCH)
+                bench_limits(spark, rows, 1 if args.quick else 2, TABLES_MIX, log_writes, BATCH)
             )
             for limit in ("typed_null_source", "cached_noop"):
                 tables[f"noop_vs_{limit}"] = (

@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "spark_stream": ("--quick",),
     "typed_writes": ("--quick",),
     "zeek_logs": ("--quick",),
+    "log_decode": ("--quick",),
     "pipelines": ("--rows", "100000"),
     "zeromq_logs": ("--seconds", "2"),
     "relay": ("--quick",),

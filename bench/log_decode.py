@@ -1,0 +1,165 @@
+"""Where Zeek's log records should become typed Arrow: the figures issue 51's design note
+rests on (docs/architecture.md, "Where Zeek's log records are decoded").
+
+Usage: ``python bench/log_decode.py [--quick] [--json] [--rows N] [--repeat R]``
+
+In one process, on one core, no Spark, on the recordings' conn, dns and http LogWrites
+in Broker Batches of 400 records (the mix conn 5 : dns 3 : http 2, as ``zeek_logs.py``):
+
+- **decode**: today's decoder (``columnar/log_converter.LogConverter.convert``), from the
+  messages' bytes to a typed record batch, in µs per record, given one message at a time
+  (what decoding each Batch as it arrives costs), 10,000 records at a time and all of
+  them at once;
+- **IPC**: the typed batches written as an Arrow IPC stream (uncompressed, lz4, zstd) in
+  record batches of 400 and of 10,000 rows, and read back into one record batch (what a
+  Spark task would pay instead of decoding), in µs per record, with the bytes per record
+  beside the Broker bytes;
+- **ingest**: a relay spool's ``append_batch`` of the same messages (the relay's default
+  zstd compression of filled files included), the ceiling a decode at ingest would cut.
+
+Every figure is the best of ``--repeat`` runs; the ratios are to today's decode of
+10,000 records at a time, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import pyarrow as pa
+from _zeek_limits import log_converter, log_payloads
+from zeek_logs import TABLES_MIX as MIX
+from zeek_logs import best_of, log_writes
+
+from broker_spark.spool.spool import Spool
+from broker_spark.zeek import standard_schema
+
+LOGS = tuple(MIX)
+#: Records per group decoded at once, by what the group is.
+GROUPS = {"message": 400, "10k": 10_000}
+CODECS: dict[str, str | None] = {"none": None, "lz4": "lz4", "zstd": "zstd"}
+#: Spool files of 4 MiB, so that the few megabytes of the ingest figure fill and compress
+#: files as a relay's 64 MiB ones do over a longer run.
+SEGMENT_BYTES = 4 << 20
+
+
+def _decode(path: str, payloads: list[bytes]) -> pa.RecordBatch:
+    n = len(payloads)
+    topic = f"zeek/logs/{standard_schema(path).stream}"
+    return log_converter(path).convert(
+        [topic] * n, payloads, ["zeek"] * n, [1_700_000_000_000_000_000] * n, list(range(n))
+    )
+
+
+def _ipc(batches: list[pa.RecordBatch], codec: str | None) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, batches[0].schema, options=options) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def _read(buf: pa.Buffer) -> pa.RecordBatch:
+    return pa.ipc.open_stream(buf).read_all().combine_chunks().to_batches()[0]
+
+
+def bench_log(path: str, rows: int, repeat: int) -> dict[str, Any]:
+    """One log's decode and IPC figures, µs per record."""
+    writes = log_writes(path)
+    create, *batches = log_payloads(path, rows, writes, 400)
+    out: dict[str, Any] = {"broker_bytes_per_record": sum(map(len, batches)) / rows}
+    per = 1e6 / rows
+    out["decode_all"] = best_of(lambda: _decode(path, [create, *batches]), repeat) * per
+    for name, size in GROUPS.items():
+        step = size // 400
+        groups = [[create, *batches[i : i + step]] for i in range(0, len(batches), step)]
+        out[f"decode_{name}"] = (
+            best_of(lambda g=groups: [_decode(path, x) for x in g], repeat) * per
+        )  # fmt: skip
+    typed = _decode(path, [create, *batches])
+    assert typed.num_rows == rows, (path, typed.num_rows)
+    for name, size in GROUPS.items():
+        parts = [typed.slice(lo, size) for lo in range(0, rows, size)]
+        for codec_name, codec in CODECS.items():
+            buf = _ipc(parts, codec)
+            assert _read(buf).equals(typed), (path, name, codec_name)
+            key = f"ipc_{name}_{codec_name}"
+            out[f"{key}_write"] = best_of(lambda p=parts, c=codec: _ipc(p, c), repeat) * per
+            out[f"{key}_read"] = best_of(lambda b=buf: _read(b), repeat) * per
+            out[f"{key}_bytes_per_record"] = buf.size / rows
+    return out
+
+
+def bench_ingest(rows: int, repeat: int) -> dict[str, Any]:
+    """The mix's messages appended to a spool, four at a time (a pump's take), and its
+    filled files compressed as a relay's compactor does: µs per record of wall and CPU."""
+    messages = []
+    for path, share in MIX.items():
+        stream = standard_schema(path).stream
+        _, *batches = log_payloads(path, rows * share // 10, log_writes(path), 400)
+        messages += [(f"zeek/logs/{stream}", b, "zeek") for b in batches]
+    records = 400 * len(messages)
+    out: dict[str, Any] = {}
+    for compression in ("zstd", "none"):
+        wall = cpu = float("inf")
+        for _ in range(repeat):
+            folder = tempfile.mkdtemp(prefix="log-decode-")
+            try:
+                with Spool(
+                    folder, SEGMENT_BYTES, fsync="interval", compression=compression
+                ) as spool:
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    for i in range(0, len(messages), 4):
+                        now = time.time_ns()
+                        spool.append_batch([(t, m, s, now) for t, m, s in messages[i : i + 4]])
+                    while spool.compact_next():
+                        pass
+                    wall = min(wall, time.perf_counter() - t0)
+                    cpu = min(cpu, time.process_time() - c0)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        out[compression] = {"wall_us": wall / records * 1e6, "cpu_us": cpu / records * 1e6}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer records, one run each")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--rows", type=int, default=40_000, help="records of each log (default 40,000)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each figure (best kept)")
+    args = ap.parse_args()
+    rows, repeat = (10_000, 1) if args.quick else (args.rows, args.repeat)
+    rows = max(10_000, rows // 10_000 * 10_000)  # whole groups of 10,000
+    logs = {path: bench_log(path, rows, repeat) for path in LOGS}
+    total = sum(MIX.values())
+    mix = {
+        key: sum(logs[p][key] * MIX[p] for p in LOGS) / total for key in logs[LOGS[0]]
+    }  # fmt: skip
+    result = {"rows": rows, "logs": logs, "mix": mix, "ingest": bench_ingest(rows, repeat)}
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    base = mix["decode_10k"]
+    print(f"{rows:,} records of each log, Batches of 400; µs per record (x: over decode_10k)")
+    print(f"| figure | {' | '.join(LOGS)} | mix | x |")
+    print(f"|---|{'---:|' * (len(LOGS) + 2)}")
+    for key in mix:
+        cells = " | ".join(f"{logs[p][key]:.3f}" for p in LOGS)
+        ratio = "" if "bytes" in key else f"{mix[key] / base:.2f}"
+        print(f"| {key} | {cells} | {mix[key]:.3f} | {ratio} |")
+    for compression, figures in result["ingest"].items():
+        wall, cpu = figures["wall_us"], figures["cpu_us"]
+        print(
+            f"spool ingest ({compression}): {wall:.3f} µs wall, {cpu:.3f} µs CPU a record "
+            f"({1 / wall:.2f}M records/s)"
+        )
+
+
+if __name__ == "__main__":
+    main()
