@@ -27,6 +27,8 @@ from broker_spark.zeek import LogCreate, standard_schema
 #: The limits the read is measured against (bench_limits), as the report names them.
 LIMITS = {
     "typed_null_source": "a Python source of the same typed rows, pre-built",
+    "typed_ipc_source": "the same source, each batch read from Arrow IPC bytes (a relay-decoded "
+    "read's Spark side)",
     "cached_noop": "Spark's own noop of the same rows, cached",
 }
 
@@ -80,7 +82,7 @@ def bench_limits(
     per_log = {p: rows * n // sum(mix.values()) for p, n in mix.items()}
     frames: dict[str, Any] = {}
     files: dict[str, tuple[str, Any]] = {}
-    runs: dict[str, list[dict[str, Any]]] = {"typed_null_source": [], "cached_noop": []}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in LIMITS}
     try:
         for path, count in per_log.items():
             block, schema = _typed_block(path, 10_000, writes_of(path), batch)
@@ -109,6 +111,7 @@ def bench_limits(
                             .schema(schema)
                             .option("file", file)
                             .option("rows", str(count))
+                            .option("ipc", "true" if kind == "typed_ipc_source" else "false")
                             .load()
                             .writeStream.format("noop")
                             .trigger(availableNow=True)

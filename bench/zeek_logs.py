@@ -574,7 +574,7 @@ def main() -> None:
         finally:
             spark.stop()
     if args.only in (None, "tables"):
-        from _zeek_limits import bench_limits  # pyspark: only for the Spark parts
+        from _zeek_limits import LIMITS, bench_limits  # pyspark: only for the Spark parts
         from spark_stream import _session
 
         lake = tempfile.mkdtemp(prefix="bench-lake-")
@@ -588,7 +588,7 @@ def main() -> None:
             tables.update(
                 bench_limits(spark, rows, 1 if args.quick else 2, TABLES_MIX, log_writes, BATCH)
             )
-            for limit in ("typed_null_source", "cached_noop"):
+            for limit in LIMITS:
                 tables[f"noop_vs_{limit}"] = (
                     tables["noop"]["rows_per_s"] / tables[limit]["rows_per_s"]
                 )
