@@ -41,7 +41,15 @@ __all__ = [
 ]
 
 _INT64_MAX = np.uint64((1 << 63) - 1)
-_DIGITS = pa.array([str(i) for i in range(256)], pa.string())
+
+
+@functools.cache
+def _digits() -> pa.Array:
+    """ "0" to "255", a subnet's prefix lengths as text. Made on first use, not at import:
+    pyarrow's first ``pa.array`` imports pandas when it is installed (140 ms of CPU, measured),
+    which a reader's driver-side process, importing this module but decoding nothing, would
+    pay at every query's start."""
+    return pa.array([str(i) for i in range(256)], pa.string())
 
 
 def validity(present: np.ndarray) -> pa.Buffer | None:
@@ -212,7 +220,7 @@ def addr_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
 
 def subnet_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     assert col.prefix is not None
-    prefix = pc.take(_DIGITS, pa.array(np.clip(col.prefix, 0, 255).astype(np.uint8)))
+    prefix = pc.take(_digits(), pa.array(np.clip(col.prefix, 0, 255).astype(np.uint8)))
     return pc.binary_join_element_wise(addr_strings(buf, col), prefix, "/")
 
 

@@ -18,6 +18,7 @@ tests hold the two to.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -39,9 +40,23 @@ from broker_spark.zeek.types import TEXT_TAGS, TypeTag
 __all__ = ["Texts", "double_texts", "render_block", "value_texts"]
 
 _STRING = pa.string()
-_OCTETS = pa.array([str(i) for i in range(256)], _STRING)
-_OCTETS_DOT = pa.array([f"{i}." for i in range(256)], _STRING)
-_CONSTANTS = pa.array(["true", "false", ".0", "/", "null"], _STRING)
+
+
+@functools.cache
+def _texts(name: str) -> pa.Array:
+    """The fixed texts the columns' JSON is made of: ``"octets"`` ("0" to "255"),
+    ``"octets_dot"`` ("0." to "255.") and ``"constants"`` (indexed by the names below).
+    Made on first use, not at import: pyarrow's first ``pa.array`` imports pandas when it is
+    installed (140 ms of CPU), which a process importing this module but rendering nothing
+    (a reader's driver side) would pay."""
+    texts = {
+        "octets": [str(i) for i in range(256)],
+        "octets_dot": [f"{i}." for i in range(256)],
+        "constants": ["true", "false", ".0", "/", "null"],
+    }
+    return pa.array(texts[name], _STRING)
+
+
 _TRUE, _FALSE, _POINT_ZERO, _SLASH, _NULL = range(5)
 
 
@@ -86,7 +101,7 @@ def double_texts(values: np.ndarray) -> Texts:
     rows = np.flatnonzero(odd)
     text = _replace(text, rows, [format_double(float(values[i])) for i in rows])
     suffix = np.where(integral, _POINT_ZERO, -1)
-    return Texts([_whole(text), (_CONSTANTS, suffix)])
+    return Texts([_whole(text), (_texts("constants"), suffix)])
 
 
 def _text_json(buf: np.ndarray, col: ColumnData) -> pa.Array:
@@ -113,8 +128,8 @@ def _addr_parts(buf: np.ndarray, col: ColumnData) -> list[tuple[pa.Array, np.nda
     v4 = col.present & (col.lengths == 4)
     at = np.where(v4, col.starts, 0)
     octet = [buf[at + k].astype(np.int64) for k in range(4)]
-    parts = [(_OCTETS_DOT, np.where(v4, octet[k], -1)) for k in range(3)]
-    parts.append((_OCTETS, np.where(v4, octet[3], -1)))
+    parts = [(_texts("octets_dot"), np.where(v4, octet[k], -1)) for k in range(3)]
+    parts.append((_texts("octets"), np.where(v4, octet[3], -1)))
     v6 = np.flatnonzero(col.present & (col.lengths == 16))
     if len(v6):
         raw = buf[col.starts[v6][:, None] + np.arange(16)]
@@ -129,7 +144,7 @@ def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> 
     tag = col.tag
     n = len(col.present)
     if tag is TypeTag.BOOL:
-        return Texts([(_CONSTANTS, np.where(col.values != 0, _TRUE, _FALSE))])
+        return Texts([(_texts("constants"), np.where(col.values != 0, _TRUE, _FALSE))])
     if tag in (TypeTag.INT, TypeTag.COUNT, TypeTag.PORT):
         kind = {TypeTag.INT: np.int64, TypeTag.COUNT: np.uint64, TypeTag.PORT: np.uint16}[tag]
         return Texts([_whole(pa.array(col.values.astype(kind)).cast(_STRING))])
@@ -145,7 +160,11 @@ def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> 
     if tag is TypeTag.SUBNET:
         assert col.prefix is not None
         prefix = np.where(col.present, np.clip(col.prefix, 0, 255), -1)
-        parts = [*_addr_parts(buf, col), (_CONSTANTS, np.full(n, _SLASH)), (_OCTETS, prefix)]
+        parts = [
+            *_addr_parts(buf, col),
+            (_texts("constants"), np.full(n, _SLASH)),
+            (_texts("octets"), prefix),
+        ]
         return Texts(parts, '"', '"')
     if tag in (TypeTag.TABLE, TypeTag.VECTOR):
         assert col.elements is not None and col.counts is not None
