@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker_spark.config import BrokerOptions, Configuration
 from broker_spark.core.actor import Core
+from broker_spark.core.delivery import flush
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.core.node_message import DATA
 from broker_spark.core.queues import SubscriberQueue
@@ -301,10 +302,6 @@ class Endpoint:
         servers stay peered; a ZeroMQ proxy confirms nothing, so its link is
         left once everything is written to it (see :mod:`broker_spark.core.delivery`).
         """
-        # Imported on first use for start-up time (measured, issue 52): 20 ms of the
-        # endpoint's import, for a call most programs never make.
-        from broker_spark.core.delivery import flush
-
         chosen = self.links() if links is None else list(links)
         self._loop.run_coro(flush(self._publish_src, chosen, timeout))
 
@@ -322,7 +319,7 @@ class Endpoint:
     def _tcp(self, create: bool = True) -> Any:
         """The TCP/TLS peering (``broker_spark.core.peering``), made on first use."""
         # Imported on first use for start-up time (measured, issue 52): TCP, TLS and the
-        # listener are 45 ms of the endpoint's import; an endpoint that only subscribes
+        # listener are 40 ms of CPU on the endpoint's 65; an endpoint that only subscribes
         # in-process, or only uses Zeek's WebSocket API or ZeroMQ, never loads them.
         from broker_spark.core.peering import Peering
 
@@ -366,7 +363,7 @@ class Endpoint:
     ) -> Store:
         """Master of store ``name`` (memory, or SQLite with ``opts["path"]``); see store_api."""
 
-        # The stores' modules are 32 ms of the endpoint's import (measured, issue 52): on
+        # The stores' modules are 28 ms of CPU on the endpoint's 65 (measured, issue 52): on
         # first use.
         from broker_spark.store_api import attach_master
 
@@ -503,7 +500,7 @@ class Endpoint:
 def _websocket_manager(endpoint: Endpoint) -> Any:
     """The endpoint's WebSocket servers and bridges (:mod:`broker_spark.websocket.manager`)."""
     # Imported on first use for start-up time (measured, issue 52): websockets and the
-    # manager take importing the endpoint from 110 ms of CPU to 145; most endpoints never
+    # manager take importing the endpoint from 65 ms of CPU to 105; most endpoints never
     # serve or bridge Zeek's WebSocket API.
     from broker_spark.websocket.manager import manager_for
 
@@ -513,7 +510,7 @@ def _websocket_manager(endpoint: Endpoint) -> Any:
 def _zeromq_cluster() -> Any:
     """:mod:`broker_spark.zeromq.cluster`, the ZeroMQ backend's join and leave."""
     # Imported on first use for start-up time (measured, issue 52): pyzmq and the cluster
-    # take importing the endpoint from 110 ms of CPU to 124; few endpoints join a cluster.
+    # take importing the endpoint from 65 ms of CPU to 80; few endpoints join a cluster.
     from broker_spark.zeromq import cluster
 
     return cluster
