@@ -72,6 +72,18 @@ def test_the_overflow_policies_once_dropping() -> None:
     assert frames(oldest.data_to_send()) == [b"3", b"4"] and oldest.dropped == 2
 
 
+def test_a_peer_reading_again_ends_dropping_at_half_the_bound() -> None:
+    w = LinkWriter(A, B, capacity=4, policy="drop_newest")
+    w.runs([(b"", [b"1", b"2", b"3"])], 3)
+    w.dropping = True
+    w.peer_reads_again()  # 3 of 4 wait: still dropping
+    assert w.dropping
+    w.data_to_send()
+    w.runs([(b"", [b"5", b"6"])], 2)
+    w.peer_reads_again()  # 2 of 4: the core is held back again
+    assert not w.dropping and w.room() == 2
+
+
 def test_closing_takes_only_the_goodbye() -> None:
     w = LinkWriter(A, B, capacity=10, policy="disconnect")
     w.close()

@@ -267,8 +267,8 @@ class PeerConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._paused = False
         writer = self.writer
-        if writer is not None and writer.dropping and writer.queued <= writer.capacity // 2:
-            writer.dropping = False
+        if writer is not None:
+            writer.peer_reads_again()
         self._flush()
 
     # -- the handshake ------------------------------------------------------------
@@ -359,9 +359,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         if out:
             self.transport.write(out)
         writer = self.writer
-        if writer is not None and writer.dropping and not self._paused:
-            # The peer reads again and took everything: back to back-pressure.
-            writer.dropping = False
+        if writer is not None and not self._paused:
+            writer.peer_reads_again()  # everything was written: nothing waits
         if self._room_wanted and not self._paused:
             self._room_wanted = False
             self.peering.core.wake()

@@ -213,6 +213,13 @@ class LinkWriter:
 
     # -- the bound ----------------------------------------------------------------------
 
+    def peer_reads_again(self) -> None:
+        """The transport takes writes again: once at most half the bound waits, the core is
+        held back again instead of the overflow policy dropping (a write of everything
+        waiting leaves none)."""
+        if self.dropping and self.queued <= self.capacity // 2:
+            self.dropping = False
+
     def _queue(self, parts: list[bytes], count: int) -> None:
         if self.closed:
             return
