@@ -9,6 +9,7 @@ from test_cli_support import ROOT
 
 from broker_spark.cli import build_parser, main
 from broker_spark.cli.node import settings_from
+from broker_spark.exits import UsageError
 from broker_spark.node.settings import ConfigError, NodeSettings, load_node_config
 
 CONF_FILES = sorted((ROOT / "conf").glob("*.toml"))
@@ -79,6 +80,8 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("[spool]\nretention_bytes = -1\n", "[spool] retention_bytes must be positive"),
         ("[spool]\nfsync = 'sometimes'\n", "[spool] fsync must be one of never, interval"),
         ("[spool]\nmin_free_bytes = -1\n", "[spool] min_free_bytes must be zero"),
+        ("[spool]\nrelay_decoders = -1\n", "[spool] relay_decoders must be zero"),
+        ("[spool]\nrelay_decoders = 'all'\n", "[spool] relay_decoders must be a number, got 'all'"),
         ("[spool]\nrelay = 'here'\n", "[spool] relay: 'here' is not HOST:PORT"),
     ],
 )
@@ -175,6 +178,26 @@ def test_a_spool_section_and_its_flags(tmp_path: Path) -> None:
     finally:
         node.stop()
     assert main(["node", "--subscribe", "zeek/", "--no-tls"]) == 2  # topics without a spool
+
+
+def test_the_relay_decodes_for_as_many_tasks_as_it_is_told(tmp_path: Path) -> None:
+    from broker_spark.node.serve import relay_node as _relay_node
+    from broker_spark.spool.relay_server import DEFAULT_DECODERS
+
+    assert load_node_config(_write(tmp_path, "")).relay_decoders == DEFAULT_DECODERS
+    path = _write(tmp_path, "[spool]\ndir = 'spool'\ntopics = ['zeek/']\nrelay_decoders = 0\n")
+    assert load_node_config(path).relay_decoders == 0
+    args = ["node", "--config", str(path), "--relay", "127.0.0.1:0", "--relay-decoders", "3"]
+    flags = settings_from(build_parser().parse_args(args))
+    assert flags.relay_decoders == 3
+    node = _relay_node(flags)
+    try:
+        assert node.settings.decoders == 3  # what the node's relay server is made with
+    finally:
+        node.stop()
+    flags.relay_decoders = -1
+    with pytest.raises(UsageError, match="--relay-decoders must be 0"):
+        _relay_node(flags)
 
 
 def test_zeromq_websocket_and_metrics_sections(tmp_path: Path) -> None:

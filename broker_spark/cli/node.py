@@ -55,6 +55,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         ("spool_fsync", "spool_fsync"),
         ("spool_compression", "spool_compression"),
         ("relay_compression", "relay_compression"),
+        ("relay_decoders", "relay_decoders"),
         ("zeromq_logs", "zeromq_logs"),
         ("zeromq_proxy", "zeromq_proxy"),
         ("websocket_peer", "websocket_peers"),

@@ -73,6 +73,14 @@ def check(settings: NodeSettings) -> list[str]:
             f"{f'{size} bytes' if size else 'no size limit'}; fsync {settings.spool_fsync}, "
             f"compression {settings.spool_compression}, to readers {settings.relay_compression}"
         )
+        say(
+            f"  {'decoding':12} "
+            + (
+                f"the rows of {settings.relay_decoders} log readers' tasks at once"
+                if settings.relay_decoders
+                else "none (readers' tasks decode the records they fetch)"
+            )
+        )
     return lines
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_spark.exits import CliError, UsageError
-from broker_spark.spool.relay_server import RelayServer
+from broker_spark.spool.relay_server import DEFAULT_DECODERS, RelayServer
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.service import SpoolService
 from broker_spark.spool.spool import Spool, SpoolLockedError
@@ -51,6 +51,8 @@ class SpoolSettings:
     wire_compression: str = "auto"
     #: connections one address may hold on the relay (None: the server's default, 64)
     per_address: int | None = None
+    #: tasks of Zeek log readers whose rows the relay decodes at once (0: none)
+    decoders: int = DEFAULT_DECODERS
 
 
 class RelayNode:
@@ -145,6 +147,7 @@ class RelayNode:
             name="broker-spark-relay",
             grants=self.settings.readers,
             wire_compression=self.settings.wire_compression,
+            decoders=self.settings.decoders,
             **({"per_address": self.settings.per_address} if self.settings.per_address else {}),
         )
         host, port = self.settings.relay

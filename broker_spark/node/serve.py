@@ -250,6 +250,8 @@ def relay_node(settings: NodeSettings) -> Any:
             "--reader limits readers by the name in their certificate: it needs mutual TLS "
             "(--cert, --key and --ca)"
         )
+    if settings.relay_decoders < 0:
+        raise UsageError("--relay-decoders must be 0 (the tasks decode) or more")
     return RelayNode(
         SpoolSettings(
             settings.spool_dir,
@@ -264,6 +266,7 @@ def relay_node(settings: NodeSettings) -> Any:
             settings.spool_compression,
             settings.relay_compression,
             settings.connections_per_address,
+            settings.relay_decoders,
         )
     )
 

@@ -60,6 +60,8 @@ keys the reader below takes (``make reference``, tests/test_reference.py)::
                                   # lz4 or none; the file being written stays as written
     relay_compression = "auto"    # records sent to readers compressed: auto (readers on
                                   # other machines, the default), always, never
+    relay_decoders = 2            # tasks of Zeek log readers whose rows the relay decodes
+                                  # at once (0: none; the others decode what they fetch)
     segment_bytes = 67108864      # a file's size: retention drops whole files (as Kafka)
 
     [spool.readers]               # limit readers (by their certificate's name) to topics
@@ -189,6 +191,7 @@ class NodeSettings:
     spool_fsync: str = DEFAULT_FSYNC  # never, interval, always
     spool_compression: str = "zstd"  # how sealed spool files are compressed: zstd, lz4, none
     relay_compression: str = "auto"  # records sent to readers compressed: auto, always, never
+    relay_decoders: int = 2  # log readers' tasks whose rows the relay decodes at once (0: none)
     zeromq_logs: str | None = None  # take the logs on a ZeroMQ PULL bound here (Zeek 8.1+)
     zeromq_proxy: str | None = None  # take events through a ZeroMQ cluster's proxy (HOST)
     curve: dict[str, str] = field(default_factory=dict, repr=False)  # CURVE keys (secret)
@@ -425,6 +428,7 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
     known = [
         "dir", "topics", "relay", "retention_bytes", "retention_seconds", "segment_bytes",
         "readers", "min_free_bytes", "fsync", "compression", "relay_compression",
+        "relay_decoders",
     ]  # fmt: skip
     spool = r.keys("[spool]", doc.get("spool", {}), known)
     if "dir" in spool:
@@ -455,6 +459,11 @@ def _spool_section(r: _Reader, doc: dict[str, Any], s: NodeSettings) -> None:
         if value < 0:
             raise r.fail("[spool] min_free_bytes must be zero (no guard) or more")
         s.spool_min_free_bytes = value
+    if "relay_decoders" in spool:
+        value = r.typed("[spool]", "relay_decoders", spool["relay_decoders"], int)
+        if value < 0:
+            raise r.fail("[spool] relay_decoders must be zero (the tasks decode) or more")
+        s.relay_decoders = value
     for key, attr, choices in (
         ("fsync", "spool_fsync", FSYNC_POLICIES),
         ("compression", "spool_compression", COMPRESSIONS),

@@ -22,6 +22,7 @@ from broker_spark.spool.relay_protocol import (
     Records,
     RelayClientSession,
     RelayProtocolError,
+    Rows,
     ServerMessage,
 )
 from broker_spark.spool.served_records import served
@@ -56,7 +57,7 @@ class SpoolClient:
         self.where = where
         self.session = RelayClientSession() if credit is None else RelayClientSession(credit)
         self.welcome: dict[str, Any] = {}
-        self._pending: deque[Records | ServerMessage] = deque()
+        self._pending: deque[Records | Rows | ServerMessage] = deque()
 
     # --- connecting -------------------------------------------------------------------------
 
@@ -155,8 +156,8 @@ class SpoolClient:
 
     # --- following --------------------------------------------------------------------------
 
-    def follow(self, start: int, until: int | None = None) -> None:
-        self.send(self.session.follow(start, until))
+    def follow(self, start: int, until: int | None = None, schemas: str | None = None) -> None:
+        self.send(self.session.follow(start, until, schemas))
 
     def fetch(self, start: int, end: int, timeout: float) -> bytes:
         """The record stream of offsets ``[start, end)`` (raises :class:`RelayError`, code
@@ -166,11 +167,25 @@ class SpoolClient:
     def fetch_counted(self, start: int, end: int, timeout: float) -> tuple[bytes, int]:
         """:meth:`fetch`, and how many records the stream holds: ``end - start``, or fewer
         for a reader the relay limits to some topics (it leaves out the others' records)."""
+        parts = self.fetch_range(start, end, timeout)
+        return b"".join(p.data for p in parts), sum(p.count for p in parts)
+
+    def fetch_range(
+        self, start: int, end: int, timeout: float, schemas: str | None = None
+    ) -> list[Records | Rows]:
+        """What the owner sends for offsets ``[start, end)``: records, or, for a reader whose
+        converter the owner built and whose ``schemas`` digest matches its own, the rows it
+        decoded (:class:`Rows`). Raises :class:`RelayError` on the owner's ERROR."""
+        return list(self.parts(start, end, timeout, schemas))
+
+    def parts(
+        self, start: int, end: int, timeout: float, schemas: str | None = None
+    ) -> Iterator[Records | Rows]:
+        """:meth:`fetch_range`, each frame as it arrives (``timeout`` for the whole range), so
+        that rows the owner decoded are used while it decodes the next."""
         if end <= start:
-            return b"", 0
-        self.follow(start, end)
-        parts: list[bytes] = []
-        count = 0
+            return
+        self.follow(start, end, schemas)
         deadline = time.monotonic() + timeout
         while self.session.next is not None and self.session.next < end:
             remaining = deadline - time.monotonic()
@@ -179,15 +194,13 @@ class SpoolClient:
                     f"{self.where}: offsets {start} to {end - 1} not received within {timeout:g} s"
                 )
             for item in self.messages(remaining):
-                if isinstance(item, Records):
-                    parts.append(item.data)
-                    count += item.count
+                if isinstance(item, Records | Rows):
                     self.took(len(item.data))
+                    yield item
                 elif item.kind == "error":
                     raise RelayError(self.where, item.fields)
-        return b"".join(parts), count
 
-    def messages(self, timeout: float) -> Iterator[Records | ServerMessage]:
+    def messages(self, timeout: float) -> Iterator[Records | Rows | ServerMessage]:
         """What arrives (records, heartbeats, errors), waiting up to ``timeout`` for any."""
         if not self._pending:
             self._read(timeout)

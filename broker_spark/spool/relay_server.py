@@ -6,7 +6,9 @@ Each connection is a :class:`~broker_spark.spool.relay_protocol.RelayServerSessi
 arrives, reads from the spool the ranges the session asks for, and waits for
 the reader's bytes, the pump's next append, or a heartbeat's time. A
 connection that sends what is not the protocol gets an ERROR and is closed;
-the others go on. Memory per connection is bounded by the session's limits
+the others go on. Rows a reader of Zeek's logs asks the relay to decode
+(:mod:`~broker_spark.spool.served_rows`) are decoded on a small pool of threads, off
+the loop. Memory per connection is bounded by the session's limits
 (readers' frames are small) and by the socket's buffer (``drain`` waits).
 """
 
@@ -20,11 +22,14 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.addresses import format_host_port
 from broker_spark.admission import DEFAULT_PER_ADDRESS, Admission
+from broker_spark.columnar.converter_spec import ConverterSpecError
+from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.core.loop_thread import LoopThread
 from broker_spark.spool.relay_protocol import (
     HEARTBEAT_INTERVAL,
@@ -35,6 +40,7 @@ from broker_spark.spool.relay_protocol import (
 )
 from broker_spark.spool.segment import DataLossError, SpoolError
 from broker_spark.spool.served_records import keep_records
+from broker_spark.spool.served_rows import RangeRows
 from broker_spark.spool.service import SpoolService
 
 __all__ = ["RelayServer"]
@@ -48,6 +54,11 @@ _READ_SIZE = 1 << 16
 DEFAULT_MAX_CONNECTIONS = 256
 #: When a relay compresses the records it sends a reader that offers a codec.
 WIRE_COMPRESSION = ("auto", "always", "never")
+#: Readers of Zeek's logs whose rows a relay decodes at once, each on a thread of its own
+#: (a FOLLOW beyond them is served records, and its task decodes them): decoding then
+#: takes at most this many of the relay's cores, and a backlog read by many tasks at
+#: once is decoded by Spark's cores as well as the relay's.
+DEFAULT_DECODERS = 2
 
 
 @dataclass
@@ -103,7 +114,10 @@ class RelayServer:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         wire_compression: str = "auto",
         per_address: int = DEFAULT_PER_ADDRESS,
+        decoders: int = DEFAULT_DECODERS,
     ) -> None:
+        if decoders < 0:
+            raise ValueError(f"decoders must be 0 or more, got {decoders}")
         if wire_compression not in WIRE_COMPRESSION:
             raise ValueError(
                 f"wire_compression must be one of {', '.join(WIRE_COMPRESSION)}, "
@@ -125,6 +139,13 @@ class RelayServer:
         self._readers: dict[int, _Reader] = {}
         self._tasks: set[asyncio.Task] = set()
         self._tcp: tuple[str, int, bool] | None = None  # host, bound port, TLS
+        #: readers of Zeek's logs whose rows may be decoded here at once (0: none)
+        self.decoders = decoders
+        self._rows: dict[int, RangeRows] = {}  # by session: readers whose converter was built
+        self._decoding: set[int] = set()  # sessions whose current FOLLOW is answered with rows
+        self._pool: ThreadPoolExecutor | None = None  # made for the first such reader
+        #: Records decoded into rows for readers, in all.
+        self.decoded_records = 0
         #: Records and bytes of records sent to followers, in all (what readers fetched).
         self.served_records = 0
         self.served_bytes = 0
@@ -224,6 +245,9 @@ class RelayServer:
         with contextlib.suppress(Exception):
             self._loop.run_coro(stop(), timeout=3.0 + grace)
         self._loop.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def _fetching(self, reader: _Reader) -> bool:
         """Whether a reader is in the middle of a fetch: records of its range still to send."""
@@ -387,6 +411,8 @@ class RelayServer:
             unwatch()
             incoming.cancel()
             del self._readers[key]
+            self._rows.pop(key, None)
+            self._decoding.discard(key)
             if attached:
                 self._readers_changed()
             with contextlib.suppress(Exception):
@@ -419,13 +445,42 @@ class RelayServer:
         kept = None
         if session.narrowed:  # a reader of some topics or logs: only theirs
             data, kept = keep_records(data, session.served, session.served_logs)
-        self.served_records += hi - lo if kept is None else kept
+        count = hi - lo if kept is None else kept
+        self.served_records += count
         self.served_bytes += len(data)
-        frame = session.records(lo, hi - lo, data, time.monotonic(), kept)
+        if session.rows_now:
+            frame = await self._rows_frame(session, lo, hi, data, count)
+        else:
+            frame = session.records(lo, hi - lo, data, time.monotonic(), kept)
         self.wire_bytes += len(frame)
         writer.write(frame)
         await writer.drain()
         return True
+
+    async def _rows_frame(
+        self, session: RelayServerSession, lo: int, hi: int, data: bytes, count: int
+    ) -> bytes:
+        """The ROWS frame of records ``[lo, hi)`` (``data``, ``count`` of them for this
+        reader), decoded on the decoders' pool; an ERROR ending the FOLLOW when the reader's
+        converter refuses them (``mode=FAILFAST``)."""
+        decoder = self._rows[id(session)]
+        loop = asyncio.get_running_loop()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.decoders, "broker-spark-relay-decode")
+        try:
+            ipc, rows, counted = await loop.run_in_executor(self._pool, decoder.decode, data, count)
+        except RecordConversionError as exc:
+            self._decoding.discard(id(session))
+            return session.refuse_rows(str(exc))
+        except Exception as exc:  # a relay's fault: the reader fetches the records instead
+            log.exception("spool reader %s: decoding offsets %d to %d failed", session.name, lo, hi)
+            self._decoding.discard(id(session))
+            return session.refuse_rows(f"the relay could not decode its rows: {exc}", "rows_failed")
+        self.decoded_records += count
+        frame = session.rows(lo, hi - lo, rows, counted, ipc, time.monotonic())
+        if not session.following:  # the range is sent: another reader may have the decoder
+            self._decoding.discard(id(session))
+        return frame
 
     def _handle(self, session: RelayServerSession, event: ServerEvent) -> tuple[bytes, bool] | None:
         """The frame answering ``event`` and whether to close after it (None: no answer)."""
@@ -439,12 +494,15 @@ class RelayServer:
                 problem = self._attach(event.fields)
                 if problem is not None:
                     return session.error("options_differ", problem), True
+            if session.rows_spec is not None:
+                self._build_rows(session)
             frame = session.welcome(spool.start_offset(), spool.end_offset(), service.schemas())
             return frame, False
         if event.kind == "follow":
             f = event.fields
+            rows = self._decodes(session, f["from"], f["schemas"])
             refused = session.follow(
-                f["from"], f["credit"], spool.start_offset(), spool.end_offset(), f["until"]
+                f["from"], f["credit"], spool.start_offset(), spool.end_offset(), f["until"], rows
             )
             return (refused, False) if refused is not None else None
         if event.kind == "commit":
@@ -471,6 +529,36 @@ class RelayServer:
                 asyncio.get_running_loop().call_soon(self._stop)
             return session.reply(op, {}), False
         return None  # pragma: no cover - the session refuses other requests
+
+    def _decodes(self, session: RelayServerSession, start: int, digest: str | None) -> bool:
+        """Whether a FOLLOW from ``start`` is answered with rows: the reader's converter was
+        built, the schemas in force there are the ones it has (``digest``), and fewer than
+        :attr:`decoders` other readers' FOLLOWs are being answered with rows."""
+        key = id(session)
+        self._decoding.discard(key)
+        decoder = self._rows.get(key)
+        if decoder is None or len(self._decoding) >= self.decoders:
+            return False
+        history = self.service.history
+        if not decoder.begin(history.snapshot(start) if history is not None else [], digest):
+            return False
+        self._decoding.add(key)
+        return True
+
+    def _build_rows(self, session: RelayServerSession) -> None:
+        """Build the converter a reader sent: its rows are then decoded here (compressed
+        with lz4 where its records would be compressed); one that cannot be built is
+        served records, as by a relay that decodes nothing."""
+        assert session.rows_spec is not None
+        if not self.decoders:
+            return
+        codec = "lz4" if session.compress else None
+        try:
+            self._rows[id(session)] = RangeRows(session.rows_spec, self.service.id or "", codec)
+        except ConverterSpecError as exc:
+            log.info("spool reader %s: its rows are not decoded here: %s", session.name, exc)
+            return
+        session.serve_rows(codec or "none")
 
     def _compresses(self, writer: asyncio.StreamWriter, local: bool) -> bool:
         if self.wire_compression == "auto":

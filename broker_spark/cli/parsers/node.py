@@ -230,6 +230,15 @@ def register(sub: Any) -> None:
         "loopback; always (a tunnel that arrives on loopback); never",
     )
     spool.add_argument(
+        "--relay-decoders",
+        type=int,
+        metavar="N",
+        help="tasks of Zeek log readers whose rows the relay decodes at once, each on a "
+        "thread (default 2): they are sent Arrow rows and decode nothing, which moves that "
+        "CPU off Spark's cores; tasks beyond them, and every task with 0, decode the "
+        "records they fetch",
+    )
+    spool.add_argument(
         "--metrics",
         type=host_port,
         metavar="HOST:PORT",

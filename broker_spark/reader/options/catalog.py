@@ -221,6 +221,13 @@ READER: dict[str, Option] = {
         "cannot be reached never stops the others. Tasks fetch their ranges from the relays "
         "(`partitionData=inline`: the driver does). See docs/relay.md.",
     ),
+    "relayDecode": Option(
+        "`true`",
+        "with `relay` and `format=zeek-logs`: each task hands the relay its columns and is "
+        "sent its rows decoded (Arrow), so Spark's cores decode nothing (a relay decodes for "
+        "`relay_decoders` tasks at once; the others, and every task of an older relay, decode "
+        "the records they fetch, to the same rows); `false`: the tasks always decode.",
+    ),
     "receiver": Option(
         "`true`",
         "with `spoolPath`: receive in a receiver process (`false`: in the query's own "

@@ -121,6 +121,8 @@ class ReaderOptions:
     #: LogCreate, ZeroMQ header or spool has told them ("9.1", "9.0" or "8.0")
     zeek_version: str = "9.1"
     relays: tuple[HostPort, ...] = ()  # read relays' spools (broker-spark node --spool) instead
+    #: with ``relay``, format=zeek-logs: tasks ask the relay to decode their ranges
+    relay_decode: bool = True
     receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
     receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
     #: ``listen`` or ``zeromq.logs`` reachable from other hosts may take unauthenticated
@@ -253,6 +255,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         schema_wait=seconds_option(raw, "schemaWait", DEFAULT_SCHEMA_WAIT),
         zeek_version=_zeek_version(raw),
         relays=relays,
+        relay_decode=raw.boolean("relayDecode", True),
         receiver=raw.boolean("receiver", True),
         receiver_idle_timeout=idle_timeout,
         allow_anonymous=allow_anonymous,

@@ -33,6 +33,12 @@ way, ``maxRecordsPerTrigger`` bounds what one batch holds in memory.)
 
 Either way the bytes are the spool's record stream for exactly that range,
 so a range always reads the same rows.
+
+A third way, ``relay``: the task fetches its range from a relay itself. Reading Zeek's
+logs, it sends the relay its converter, and a relay that can decodes the range into the
+task's rows (Arrow IPC), so the task decodes nothing: the relay decodes next to Zeek,
+in groups of thousands of records, off Spark's cores (docs/architecture.md, "Where Zeek's
+log records are decoded"). Otherwise the task decodes the records the relay sends.
 """
 
 from __future__ import annotations
@@ -45,9 +51,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from broker_spark.columnar.converter_spec import converter_spec, decodes, schemas_digest
+from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.errors import DecodeError
-from broker_spark.reader.relay_fetch import fetch_from_relay
+from broker_spark.reader.relay_fetch import Fetched, fetch_from_relay
 from broker_spark.spark.read.local_executors import report_if_local
+from broker_spark.spool.relay_client import RelayError, SpoolClientError
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.spool import Spool
 
@@ -219,13 +228,21 @@ def with_schemas(part: SpoolPartition, history: Any, lo: int) -> SpoolPartition:
     return part
 
 
-def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
+def _read_shared(
+    partition: SpoolPartition, converter: BatchConverter, relay_decodes: bool = False
+) -> Fetched:
     """The range from the shared spool (read-only view) or the relay, or what is still held
-    of it if data was lost; and the number of records read."""
+    of it if data was lost: its records and their number, or (``relay_decodes``) the rows a
+    relay decoded with ``converter`` (a reader of Zeek's logs)."""
     if partition.relay is not None:
         relay, ssl = partition.relay
+        spec = digest = None
+        if relay_decodes and decodes(converter):
+            assert isinstance(converter, LogConverter)
+            spec = converter_spec(converter)
+            digest = schemas_digest(partition.schemas or ())
 
-        def read(lo: int, hi: int) -> tuple[bytes, int]:
+        def read(lo: int, hi: int) -> Fetched:
             return fetch_from_relay(
                 relay,
                 ssl,
@@ -234,17 +251,19 @@ def _read_shared(partition: SpoolPartition) -> tuple[bytes, int]:
                 relay_id=partition.relay_id,
                 topics=partition.relay_topics,
                 logs=getattr(partition, "relay_logs", None),
+                converter=spec,
+                schemas=digest if lo == partition.start else None,
             )
 
         return _read_range(partition, read)
     assert partition.spool_path is not None
     with Spool(partition.spool_path, readonly=True) as spool:
-        return _read_range(partition, lambda lo, hi: (spool.read_packed(lo, hi), hi - lo))
+        return _read_range(partition, lambda lo, hi: Fetched(spool.read_packed(lo, hi), hi - lo))
 
 
-def _read_range(partition: SpoolPartition, read: Any) -> tuple[bytes, int]:
-    """``read(lo, hi)``, a record stream and its count, over the partition's range; past
-    what retention dropped when ``failOnDataLoss`` is false."""
+def _read_range(partition: SpoolPartition, read: Any) -> Fetched:
+    """``read(lo, hi)``, what was fetched, over the partition's range; past what retention
+    dropped when ``failOnDataLoss`` is false."""
     lo = partition.start
     try:
         return read(lo, partition.end)
@@ -279,8 +298,12 @@ def _freeze_heap_once() -> None:
         gc.freeze()
 
 
-def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.RecordBatch]:
-    """The Arrow batch of one partition (nothing for an empty one)."""
+def read_partition(
+    partition: Any, converter: BatchConverter, relay_decodes: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one partition (nothing for an empty one); ``relay_decodes``: a
+    relay partition's converter (a :class:`LogConverter`) is handed to the relay, which
+    sends the rows where it can."""
     _freeze_heap_once()
     if not isinstance(partition, SpoolPartition):
         raise TypeError(f"not a partition of the broker source: {partition!r}")
@@ -290,10 +313,64 @@ def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.Rec
         if partition.local_token is not None:
             report_if_local(partition.spool_path, partition.local_token)
     else:
-        packed, count = _read_shared(partition)
+        fetched = _read_shared(partition, converter, relay_decodes)
+        if fetched.rows is not None:
+            yield from _relay_rows(partition, converter, fetched)
+            return
+        packed, count = fetched.records, fetched.count
     if not packed:
         return
     batch = converter.convert_packed(packed, count)
+    _say_counted(partition, converter)
+    if batch.num_rows <= YIELD_ROWS:
+        yield batch
+        return
+    for lo in range(0, batch.num_rows, YIELD_ROWS):
+        yield batch.slice(lo, YIELD_ROWS)
+
+
+def _relay_rows(
+    partition: SpoolPartition, converter: BatchConverter, fetched: Fetched
+) -> Iterator[pa.RecordBatch]:
+    """The rows a relay decodes, in slices of at most :data:`YIELD_ROWS`, each frame's as it
+    arrives, its counts told as the task's own decoding would tell them. Should the
+    connection break midway, the task fetches the range's records and decodes them itself,
+    going on after the rows it has given (the rows are the same either way)."""
+    given = 0
+    try:
+        for batches, counters in fetched.rows or ():
+            for name, n in counters.items():
+                if hasattr(converter, name):
+                    setattr(converter, name, getattr(converter, name) + n)
+            for batch in batches:
+                for lo in range(0, batch.num_rows, YIELD_ROWS):
+                    yield batch.slice(lo, YIELD_ROWS) if batch.num_rows > YIELD_ROWS else batch
+                given += batch.num_rows
+    except (SpoolClientError, RelayError) as exc:
+        relay, ssl = partition.relay
+        log.warning(
+            "relay %s: %s, after %d rows of offsets %d-%d; decoding the range's records here",
+            relay, exc, given, partition.start, partition.end - 1,
+        )  # fmt: skip
+        fetched = fetch_from_relay(
+            relay,
+            ssl,
+            partition.start,
+            partition.end,
+            relay_id=partition.relay_id,
+            topics=partition.relay_topics,
+            logs=getattr(partition, "relay_logs", None),
+        )
+        for name in ("misfits", "undecodable", "unnamed", "others"):
+            if hasattr(converter, name):
+                setattr(converter, name, 0)
+        rest = converter.convert_packed(fetched.records, fetched.count).slice(given)
+        for lo in range(0, rest.num_rows, YIELD_ROWS):
+            yield rest.slice(lo, YIELD_ROWS)
+    _say_counted(partition, converter)
+
+
+def _say_counted(partition: SpoolPartition, converter: BatchConverter) -> None:
     if converter.misfits or converter.undecodable:
         log.warning(
             "offsets %d-%d: %d values did not fit the schema, %d payloads did not decode (nulls)",
@@ -302,8 +379,3 @@ def read_partition(partition: Any, converter: BatchConverter) -> Iterator[pa.Rec
             converter.misfits,
             converter.undecodable,
         )
-    if batch.num_rows <= YIELD_ROWS:
-        yield batch
-        return
-    for lo in range(0, batch.num_rows, YIELD_ROWS):
-        yield batch.slice(lo, YIELD_ROWS)

@@ -97,4 +97,6 @@ class LogRows:
         return converter
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.converter(partition))
+        """The partition's rows; a relay decodes them where it can (``relayDecode``)."""
+        converter = self.converter(partition)
+        return read_partition(partition, converter, relay_decodes=self.options.relay_decode)
