@@ -26,7 +26,11 @@ the receiving side's limit is (a Zeek that fast would drop what is counted).
 Last, **a relay node as the cluster's logger**: ``broker-spark node --spool DIR
 --zeromq-logs ENDPOINT`` as its own process (what runs next to Zeek), fed by the
 same sender paced and as fast as it can; its spool is watched over the relay
-protocol (``bounds``), so these figures include the node's whole path.
+protocol (``bounds``), so these figures include the node's whole path. Then the same
+unpaced run while two reader processes fetch what it spooled, as Spark's tasks of a
+``format=zeek-logs`` query of Zeek's JSON lines do (``relay_node_decoding``): the relay
+decodes their rows (its default two decoders, each busy), so this is its ingest ceiling
+while it decodes as much as it will, and the records it decoded a second beside it.
 """
 
 from __future__ import annotations
@@ -206,8 +210,49 @@ def run_broker(seconds: float, rate: float = 0.0) -> dict[str, Any]:
         ep.shutdown()
 
 
-def run_relay_node(seconds: float, rate: float = 0.0) -> dict[str, Any]:
-    """The ZeroMQ sender against ``broker-spark node --spool --zeromq-logs`` (a process)."""
+def _decoding_reader(port: int, stop: Any, conn: Any) -> None:
+    """A process fetching what a relay spooled, range after range, as a task of a
+    ``format=zeek-logs`` query of JSON lines does: the relay decodes the rows. Sends the
+    records it was sent as rows, and those it was sent as records (the relay's decoders
+    were busy), when ``stop`` is set."""
+    from broker_spark.columnar.converter_spec import converter_spec, schemas_digest
+    from broker_spark.columnar.log_converter import LogConverter
+    from broker_spark.config import TLSSettings
+    from broker_spark.reader.options import HostPort
+    from broker_spark.reader.relay_fetch import fetch_from_relay
+    from broker_spark.spark.source import arrow_schema_of
+    from broker_spark.spark.zeek_schema import generic_log_schema, log_columns
+    from broker_spark.spool.relay_client import SpoolClient
+    from broker_spark.spool.schema_history import LogSchemaHistory
+
+    schema = generic_log_schema(relay=True)
+    spec = converter_spec(LogConverter(arrow_schema_of(schema), log_columns(schema, ())))
+    ssl, relay = TLSSettings(disable_ssl=True), HostPort("127.0.0.1", port)
+    rows = records = lo = 0
+    with SpoolClient.tcp("127.0.0.1", port, None) as client:
+        client.hello("follow", "bench-reader")
+        while not stop.is_set():
+            bounds = client.request("bounds")
+            end = min(int(bounds["end"]), lo + 100)  # 100 batches: 100,000 records
+            if end <= lo:
+                time.sleep(0.01)
+                continue
+            history = LogSchemaHistory()
+            history.merge(bounds["schemas"])
+            fetched = fetch_from_relay(
+                relay, ssl, lo, end, converter=spec, schemas=schemas_digest(history.snapshot(lo))
+            )
+            if fetched.rows is None:
+                records += fetched.count * ZEEK_BATCH
+            else:
+                rows += sum(b.num_rows for batches, _c in fetched.rows for b in batches)
+            lo = end
+    conn.send((rows, records))
+
+
+def run_relay_node(seconds: float, rate: float = 0.0, readers: int = 0) -> dict[str, Any]:
+    """The ZeroMQ sender against ``broker-spark node --spool --zeromq-logs`` (a process);
+    ``readers`` processes fetch and have the relay decode what it spools meanwhile."""
     import re
     import subprocess
 
@@ -248,6 +293,14 @@ def run_relay_node(seconds: float, rate: float = 0.0) -> dict[str, Any]:
         here, there = mp.Pipe()
         sender = mp.Process(target=_zmq_sender, args=(said["zeromq"], seconds, rate, there))
         sender.start()
+        stop = mp.Event()
+        fetchers = [mp.Pipe() for _ in range(readers)]
+        reading = [
+            mp.Process(target=_decoding_reader, args=(int(said["relay"]), stop, theirs))
+            for _ours, theirs in fetchers
+        ]
+        for process in reading:
+            process.start()
         with SpoolClient.tcp("127.0.0.1", int(said["relay"]), None) as client:
             client.hello("follow", "bench")
 
@@ -259,12 +312,16 @@ def run_relay_node(seconds: float, rate: float = 0.0) -> dict[str, Any]:
             started = time.monotonic()
             sent, dropped, elapsed = here.recv()
             during, window = spooled(), time.monotonic() - started
+            stop.set()
+            decoded = [ours.recv() for ours, _theirs in fetchers]
             settle = time.monotonic() + 30
             while spooled() < sent and time.monotonic() < settle:
                 time.sleep(0.05)
             took = time.monotonic() - started
             total = spooled()
         sender.join(30)
+        for process in reading:
+            process.join(30)
     finally:
         node.terminate()
         node.wait(30)
@@ -278,6 +335,14 @@ def run_relay_node(seconds: float, rate: float = 0.0) -> dict[str, Any]:
         "spooled_per_second": round(total / took),
         "sender_seconds": round(elapsed, 2),
         "seconds": round(took, 2),
+        **(
+            {
+                "decoded_per_second": round(sum(r for r, _ in decoded) / window),
+                "sent_as_records_per_second": round(sum(n for _, n in decoded) / window),
+            }
+            if readers
+            else {}
+        ),
     }
 
 
@@ -298,6 +363,7 @@ def main() -> None:
         "zeromq_unpaced": run_zeromq(args.seconds),
         "relay_node": run_relay_node(args.seconds, args.rate),
         "relay_node_unpaced": run_relay_node(args.seconds),
+        "relay_node_decoding": run_relay_node(args.seconds, readers=2),
     }
     for name in ("broker", "zeromq", "relay_node"):
         results[name]["offered_rate"] = args.rate
@@ -306,13 +372,19 @@ def main() -> None:
         return
     print("| path | offered | spooled while sending | spooled in all | dropped by the sender |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name in ("broker", "zeromq", "zeromq_unpaced", "relay_node", "relay_node_unpaced"):
+    paced = ("broker", "zeromq", "relay_node")
+    for name in (*paced, "zeromq_unpaced", "relay_node_unpaced", "relay_node_decoding"):
         r = results[name]
-        offered = f"{args.rate:,.0f}/s" if not name.endswith("unpaced") else "as fast as it can"
+        offered = f"{args.rate:,.0f}/s" if name in paced else "as fast as it can"
         print(
             f"| {name} | {offered} | {r['spooled_while_sending_per_second']:,}/s | "
             f"{r['spooled_records']:,} of {r['sent_records']:,} | {r['dropped_records']:,} |"
         )
+    r = results["relay_node_decoding"]
+    print(
+        f"\nwhile spooling as fast as it can, the relay decoded {r['decoded_per_second']:,} "
+        f"records/s for two readers ({r['sent_as_records_per_second']:,}/s sent as records)"
+    )
 
 
 if __name__ == "__main__":

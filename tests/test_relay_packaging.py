@@ -166,6 +166,7 @@ def test_node_check_says_what_is_wrong_and_binds_nothing(tmp_path: Path) -> None
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("configuration OK: plain TCP")
     assert "fsync interval, compression zstd, to readers auto" in ok.stdout
+    assert "decoding     the rows of 2 log readers' tasks at once" in ok.stdout
     assert not (tmp_path / "spool").exists()
     bad_cert = run_command(
         "node", "--check", "--cert", str(tmp_path / "nope.pem"), "--key", str(tmp_path / "k"),
