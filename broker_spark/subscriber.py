@@ -18,6 +18,7 @@ import contextlib
 import datetime as _dt
 import uuid
 from collections.abc import Callable
+from itertools import count
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -83,10 +84,14 @@ class _QueueReader:
         return items
 
     def _take(self, n: int, timeout: float | None) -> list:
+        return self._convert(self._queued(n, timeout))
+
+    def _queued(self, n: int, timeout: float | None) -> list:
+        """Up to ``n`` of the queue's own items (see SubscriberQueue.take), not converted."""
         queue = self._queue
         if queue is None:
             raise ShutdownError("the subscriber was reset")
-        return self._convert(queue.take(n, timeout))
+        return queue.take(n, timeout)
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         num, secs = parse_get_args(args, kwargs)
@@ -275,10 +280,7 @@ class RawSubscriber(Subscriber):
     ) -> list[tuple[str, bytes, str, int]]:
         """Like :meth:`take`, as ``(topic, payload, sender, received_at_ns)``, all stamped
         with one ``clock_ns()`` read when they were taken (the spool's records)."""
-        queue = self._queue
-        if queue is None:
-            raise ShutdownError("the subscriber was reset")
-        items = queue.take(n, timeout)
+        items = self._queued(n, timeout)
         if not items:
             return []
         now = clock_ns()
@@ -287,6 +289,26 @@ class RawSubscriber(Subscriber):
             return [(item[0], item[1], senders[item[4]], now) for item in items]
         except (KeyError, TypeError, IndexError):
             return [(*self._record(item), now) for item in items]
+
+    def take_numbered(
+        self,
+        n: int,
+        timeout: float | None,
+        clock_ns: Callable[[], int],
+        next_offset: Callable[[], int],
+    ) -> list[tuple[str, bytes, str, int, int]]:
+        """Like :meth:`take_stamped`, each record numbered too: offsets one apart from
+        ``next_offset()``, read once there is something (a spool pump's rows, for
+        :meth:`~broker_spark.spool.spool.Spool.append_numbered`: building them here
+        spares a second tuple a record)."""
+        items = self._queued(n, timeout)
+        if not items:
+            return []
+        now, first, senders = clock_ns(), next_offset(), self._senders
+        try:  # the usual case, as in take_stamped
+            return [(i[0], i[1], senders[i[4]], now, o) for o, i in zip(count(first), items)]
+        except (KeyError, TypeError, IndexError):
+            return [(*self._record(i), now, o) for o, i in zip(count(first), items)]
 
     def _record(self, item: Any) -> tuple[str, bytes, str]:
         if type(item) is tuple:

@@ -4,9 +4,14 @@ Spark calls the stream reader only when it plans a batch, while messages
 arrive all the time; the pump runs in between, in the reader's long-lived
 driver-side process. It takes whatever the subscription holds (up to a batch,
 waiting briefly when there is nothing), stamps it with one receive time, and
-appends it to the spool in one call, so the per-message cost is a tuple and a
-msgpack record. Every ``retention_interval`` seconds it also lets the spool
-drop what its size or age limits say.
+appends it to the spool in one call. An endpoint's subscription numbers the
+records as it stamps them (``take_numbered``, appended by
+``Spool.append_numbered``), so the per-message cost is one tuple and a msgpack
+record; what handed the records over between the threads is one lock taken per
+batch, under a twentieth of the pump's time (issue 51 measured it: the pump's
+cost a message was its tuples and generators, not the hand-off). Every
+``retention_interval`` seconds it also lets the spool drop what its size or age
+limits say.
 
 ``observe``, when given, sees every appended batch with its first offset
 (the Zeek log reader learns LogCreates there). Several pumps may fill one spool
@@ -52,8 +57,6 @@ _IDLE_WAIT = 0.25
 _DRAINED_WAIT = 0.2
 #: Seconds between attempts to append a batch that found the disk full.
 _FULL_RETRY = 0.5
-#: Bytes a spool record takes beyond its payload, about (topic, sender, time, offset).
-_RECORD_OVERHEAD = 96
 #: What a write that found no room fails with.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -62,7 +65,8 @@ class SpoolSource(Protocol):
     """Where the pump takes messages: an endpoint's subscription
     (:class:`~broker_spark.subscriber.RawSubscriber`), or the ZeroMQ logger
     (:class:`~broker_spark.zeromq.log_receiver.ZeroMQLogReceiver`). ``take_stamped``
-    returns spool records and raises ShutdownError once the source is closed."""
+    returns spool records and raises ShutdownError once the source is closed; a source
+    that also has ``take_numbered`` (a subscription) is taken from with that."""
 
     def take_stamped(
         self, n: int, timeout: float | None, clock_ns: Callable[[], int]
@@ -125,9 +129,22 @@ class SpoolPump:
     def start(self) -> None:
         self._thread.start()
 
+    def _taker(self) -> tuple[Callable[..., list], Callable[[list], int]]:
+        """How records are taken and appended: numbered as they are taken where the source
+        can (an endpoint's subscription: one tuple a record, see Spool.append_numbered),
+        else stamped and numbered by the spool."""
+        numbered = getattr(self._subscription, "take_numbered", None)
+        if numbered is None:
+            return self._subscription.take_stamped, self._spool.append_batch
+        end = self._spool.end_offset
+
+        def take(n: int, timeout: float | None, clock: Callable[[], int]) -> list:
+            return numbered(n, timeout, clock, end)
+
+        return take, self._spool.append_numbered
+
     def _run(self) -> None:
-        take = self._subscription.take_stamped
-        append = self._spool.append_batch
+        take, append = self._taker()
         clock = self._clock_ns
         next_retention = time.monotonic() + self._retention_interval
         try:
@@ -171,10 +188,10 @@ class SpoolPump:
             before = self._spool.end_offset()
             try:
                 if self._lock is None:
-                    self._append(append, items)
+                    written = self._append(append, items)
                 else:
                     with self._lock:
-                        self._append(append, items)
+                        written = self._append(append, items)
             except (SpoolError, OSError) as exc:
                 if self._guard is None or getattr(exc, "errno", None) not in _NO_SPACE:
                     raise
@@ -189,17 +206,19 @@ class SpoolPump:
                 self._spool.enforce_retention(self._clock_ns() // 1_000_000)
                 continue
             if self._guard is not None:
-                self._guard.wrote(
-                    sum(len(item[1]) for item in items) + _RECORD_OVERHEAD * len(items)
-                )
+                self._guard.wrote(written)
                 if self._guard.full is not None:
                     self._guard.set_full(None)
             return
 
-    def _append(self, append: Callable[[list], int], items: list) -> None:
+    def _append(self, append: Callable[[list], int], items: list) -> int:
+        """Append ``items`` and show them to ``observe``; the bytes the spool wrote (read from
+        its counter: a sum over the payloads cost a twentieth of the pump's time a message)."""
+        before = self._spool.appended_bytes
         last = append(items)
         if self._observe is not None:
             self._observe(last - len(items) + 1, items)
+        return self._spool.appended_bytes - before
 
     def wait_appended(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` messages were appended (for tests and benchmarks)."""

@@ -25,26 +25,33 @@ from broker_spark.errors import EncodeError
 __all__ = ["chunker"]
 
 _FIELD_TYPES = ({str}, {bytes}, {str}, {int})
+#: The types of a numbered record's fields: a record's, and its offset.
+_ROW_TYPES = (*_FIELD_TYPES, {int})
 
 
-def _plain_records(batch: Sequence[Sequence[Any]]) -> bool:
+def _plain_records(batch: Sequence[Sequence[Any]], kinds: tuple = _FIELD_TYPES) -> bool:
     """Whether every record is a ``(str, bytes, str, int)`` tuple of exactly those types
-    (checked a column at a time, in C): such records pack in bulk."""
+    (``kinds``; checked a column at a time, in C): such records pack in bulk."""
     try:
-        if set(map(len, batch)) != {4}:
+        if set(map(len, batch)) != {len(kinds)}:
             return False
         return all(
-            set(map(type, map(itemgetter(k), batch))) == kind for k, kind in enumerate(_FIELD_TYPES)
+            set(map(type, map(itemgetter(k), batch))) == kind for k, kind in enumerate(kinds)
         )
     except Exception:  # not sequences, or too short: not plain
         return False
 
 
-def chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], Any]:
+def chunker(
+    batch: Sequence[Sequence[Any]], first: int, numbered: bool = False
+) -> Callable[[int, int], Any]:
     """``chunk(i, take)``: records ``batch[i:i+take]`` as a record stream, offsets from ``first``.
 
-    The records are numbered once. The usual batch (one peer, one topic,
-    events of one layout) packs into records of one length: then it is packed
+    With ``numbered`` the batch is rows already, each record with its offset
+    (``first`` on, one apart: the caller's word, as the spool's pump numbers
+    what it takes as it stamps it); else the records are numbered once. The
+    usual batch (one peer, one topic, events of one layout) packs into
+    records of one length: then it is packed
     in one C call, and checking the packed headers of every record (one
     extended slice per header byte, see :mod:`~broker_spark.columnar.strided`)
     proves each is ``[str, bin, str, uint, uint]``, so the checks of the
@@ -52,10 +59,13 @@ def chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], 
     are packed one at a time, in bulk when :func:`_plain_records` says the
     types allow, else by ``pack_records``, which names a bad record.
     """
-    try:
-        rows = _numbered(batch, first)
-    except (TypeError, ValueError):
-        return lambda i, take: _pack_chunk(batch, i, take, first + i)  # raises EncodeError
+    if numbered:
+        rows = batch if type(batch) is list else list(batch)
+    else:
+        try:
+            rows = _numbered(batch, first)
+        except (TypeError, ValueError):
+            return lambda i, take: _pack_chunk(batch, i, take, first + i)  # raises EncodeError
     if _one_length(batch):
         try:
             packed = _packb(rows)[_array_header_size(len(rows)) :]
@@ -65,6 +75,9 @@ def chunker(batch: Sequence[Sequence[Any]], first: int) -> Callable[[int, int], 
         if found is not None:
             view, stride = memoryview(packed), found.layout.stride
             return lambda i, take: view[i * stride : (i + take) * stride]
+    if numbered:
+        plain = _plain_records(rows, _ROW_TYPES)
+        return lambda i, take: _pack_numbered_chunk(rows, i, take, plain)
     plain = _plain_records(batch)
     return lambda i, take: _pack_rows(rows[i : i + take], plain)
 
@@ -102,6 +115,18 @@ def _pack_chunk(batch: Sequence[Sequence[Any]], i: int, take: int, first: int) -
             "(topic, payload, sender, received_at_ns) tuples"
         ) from None
     return _pack_rows(rows, False)  # a later chunk holds the bad record: check every one
+
+
+def _pack_numbered_chunk(rows: list[tuple[Any, ...]], i: int, take: int, plain: bool) -> bytes:
+    """Numbered ``rows[i:i+take]`` as a record stream; raises EncodeError on a row that is not
+    a 5-sequence (records are checked so when they are numbered here)."""
+    try:
+        return _pack_rows(rows[i : i + take], plain)
+    except (TypeError, ValueError):
+        raise EncodeError(
+            f"rows {i} to {i + take - 1} of the batch are not all "
+            "(topic, payload, sender, received_at_ns, offset) tuples"
+        ) from None
 
 
 def _pack_rows(rows: list[tuple[Any, ...]], plain: bool) -> bytes:

@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["KINDS", "SourceCounts"]
@@ -28,6 +29,9 @@ KINDS = ("broker", "websocket", "zeromq-proxy", "zeromq-logs")
 
 #: Senders whose kind is remembered at most (beyond: forgotten and looked up again).
 _SENDERS_KEPT = 4096
+
+#: A spool record's sender (its third field).
+_SENDER = itemgetter(2)
 
 
 class SourceCounts:
@@ -62,7 +66,7 @@ class SourceCounts:
             with self._lock:
                 self._arrived[kind] += len(items)
             return
-        senders = Counter(item[2] for item in items)
+        senders = Counter(map(_SENDER, items))  # counted in C: no generator frame a record
         kinds = self._kinds
         if any(s not in kinds for s in senders):
             self._learn(senders)

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from broker_spark.data.msgpack_records import Record, unpack_records
-from broker_spark.errors import EC, DecodeError
+from broker_spark.errors import EC, DecodeError, EncodeError
 from broker_spark.spool.compactor import Compactor
 from broker_spark.spool.compressed_segment import (
     COMPRESSIONS,
@@ -181,6 +181,9 @@ class Spool:
         self._bases: list[int] = []
         self._end = 0
         self._total = 0
+        #: bytes of records appended since this spool was opened (never falls: what a writer
+        #: added, beside the total that retention lowers)
+        self._appended = 0
         self._lock_fd = -1
         self._closed = False
         self._last_read: Segment | CompressedSegment | None = None
@@ -342,16 +345,47 @@ class Spool:
         """
         batch = records if isinstance(records, (list, tuple)) else list(records)
         with self._lock:
-            self._check_writable()
-            if batch:
-                for part in self._plan(batch):
-                    self._commit(part)
-                self._unsynced = True
-                if self.fsync_policy == "always":
-                    self._sync()
-                elif self.fsync_policy == "interval":
-                    self._sync_if_due()
-            return self._end - 1
+            return self._append(batch, False)
+
+    def append_numbered(self, rows: list[tuple[Any, ...]]) -> int:
+        """Append ``(topic, payload, sender, received_at_ns, offset)`` rows numbered one apart
+        from :meth:`end_offset` on; return the last offset.
+
+        For a pump, which numbers what it takes as it stamps it: one tuple a
+        record instead of a record and then a row. Rows whose offsets do not
+        start at the end or end where their count says (the spool was
+        restarted, or another writer appended, since they were numbered) are
+        numbered again here; rows in between are the caller's word. As
+        :meth:`append_batch`, a bad record leaves the spool unchanged.
+        """
+        with self._lock:
+            end = self._end
+            try:
+                numbered = rows[0][4] == end and rows[-1][4] == end + len(rows) - 1
+            except (IndexError, TypeError):
+                numbered = False
+            if numbered:
+                return self._append(rows, True)
+            try:
+                batch = [(topic, payload, sender, at) for topic, payload, sender, at, _ in rows]
+            except (TypeError, ValueError):
+                raise EncodeError(
+                    "rows are (topic, payload, sender, received_at_ns, offset) tuples"
+                ) from None
+            return self._append(batch, False)
+
+    def _append(self, batch: Sequence[Sequence[Any]], numbered: bool) -> int:
+        """Append ``batch`` (rows from the end on when ``numbered``), with the lock held."""
+        self._check_writable()
+        if batch:
+            for part in self._plan(batch, numbered):
+                self._commit(part)
+            self._unsynced = True
+            if self.fsync_policy == "always":
+                self._sync()
+            elif self.fsync_policy == "interval":
+                self._sync_if_due()
+        return self._end - 1
 
     def _sync(self) -> None:
         self._segments[-1].sync()
@@ -376,7 +410,7 @@ class Spool:
                 self._sync()
                 fsync_dir(self.path)
 
-    def _plan(self, batch: Sequence[Sequence[Any]]) -> list[_Part]:
+    def _plan(self, batch: Sequence[Sequence[Any]], numbered: bool = False) -> list[_Part]:
         """Pack the batch in index-aligned chunks and decide where segments roll.
 
         Nothing is written here, so a record that cannot be packed leaves the
@@ -386,7 +420,7 @@ class Spool:
         active = self._segments[-1]
         size, since, nxt = active.size, active.since, self._end
         step, limit = self.index_interval, self.segment_bytes
-        chunk = chunker(batch, nxt)
+        chunk = chunker(batch, nxt, numbered)
         plan: list[_Part] = []
         part = _Part(roll=False)
         i, n = 0, len(batch)
@@ -428,6 +462,7 @@ class Spool:
         size = seg.size
         seg.append(b"".join(part.chunks), part.entries, part.count, part.last_ns)
         self._total += seg.size - size
+        self._appended += seg.size - size
         self._end = seg.end
 
     def restart_at(self, offset: int) -> None:
@@ -495,6 +530,13 @@ class Spool:
         """Bytes of complete records held in all segments."""
         with self._lock:
             return self._total
+
+    @property
+    def appended_bytes(self) -> int:
+        """Bytes of records appended since the spool was opened (what a pump wrote: its disk
+        guard counts them without summing the payloads)."""
+        with self._lock:
+            return self._appended
 
     def read_packed(self, start: int, end: int) -> bytes:
         """The raw record stream of offsets ``start`` to ``end - 1`` (see :mod:`records`).

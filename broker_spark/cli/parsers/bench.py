@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "websocket": ("--quick",),
     "store": ("--quick",),
     "spark_stream": ("--quick",),
+    "spool_ingest": ("--events", "200000", "--repeat", "1"),
     "typed_writes": ("--quick",),
     "zeek_logs": ("--quick",),
     "log_decode": ("--quick",),
