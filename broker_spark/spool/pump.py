@@ -33,6 +33,7 @@ thrown away anyway.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import threading
@@ -183,26 +184,28 @@ class SpoolPump:
 
     def _append_kept(self, append: Callable[[list], int], items: list) -> None:
         """Append ``items``; when the disk is full, keep them and try again until there is
-        room (or the pump is stopped), so what was taken is never dropped here."""
+        room (or the pump is stopped), so what was taken is never dropped here. What a
+        failed append did write is told under the shared lock, so another pump's append
+        in between is never taken for this one's."""
         while True:
-            before = self._spool.end_offset()
-            try:
-                if self._lock is None:
+            with self._lock if self._lock is not None else contextlib.nullcontext():
+                before = self._spool.end_offset()
+                try:
                     written = self._append(append, items)
-                else:
-                    with self._lock:
-                        written = self._append(append, items)
-            except (SpoolError, OSError) as exc:
-                if self._guard is None or getattr(exc, "errno", None) not in _NO_SPACE:
-                    raise
-                done = self._spool.end_offset() - before  # a batch that spanned a new segment
-                if done > 0:
-                    if self._observe is not None:
+                    full: BaseException | None = None
+                except (SpoolError, OSError) as exc:
+                    if self._guard is None or getattr(exc, "errno", None) not in _NO_SPACE:
+                        raise
+                    full = exc
+                    done = self._spool.end_offset() - before  # a batch that spanned a segment
+                    if done > 0 and self._observe is not None:
                         self._observe(before, items[:done])
-                    items = items[done:]
-                self._guard.set_full(str(exc))
+            if full is not None:
+                assert self._guard is not None
+                items = items[max(done, 0) :]
+                self._guard.set_full(str(full))
                 if self._stop.wait(_FULL_RETRY):
-                    raise
+                    raise full
                 self._spool.enforce_retention(self._clock_ns() // 1_000_000)
                 continue
             if self._guard is not None:
