@@ -31,6 +31,7 @@ from broker_spark.zeek.log_schema import LogSchema
 
 __all__ = [
     "CONVERTER_SPEC_VERSION",
+    "COUNTERS",
     "ConverterSpecError",
     "converter_from_spec",
     "converter_spec",

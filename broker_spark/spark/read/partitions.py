@@ -51,7 +51,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from broker_spark.columnar.converter_spec import converter_spec, decodes, schemas_digest
+from broker_spark.columnar.converter_spec import (
+    COUNTERS,
+    converter_spec,
+    decodes,
+    schemas_digest,
+)
 from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.errors import DecodeError
 from broker_spark.reader.relay_fetch import Fetched, fetch_from_relay
@@ -361,7 +366,7 @@ def _relay_rows(
             topics=partition.relay_topics,
             logs=getattr(partition, "relay_logs", None),
         )
-        for name in ("misfits", "undecodable", "unnamed", "others"):
+        for name in COUNTERS:  # counted again, from the range's first record
             if hasattr(converter, name):
                 setattr(converter, name, 0)
         rest = converter.convert_packed(fetched.records, fetched.count).slice(given)
