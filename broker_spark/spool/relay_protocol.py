@@ -542,15 +542,9 @@ class RelayServerSession:
         """Frame records ``[first, first + count)``, from where :meth:`next_range` said;
         ``kept``: for a reader served some topics (:attr:`served`), how many of them
         ``data`` holds (the rest were not for it), framed as KEPT."""
-        if first != self.next or count < 1:
-            raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
         if (kept is None) == self.narrowed:
             raise ValueError("KEPT frames are for, and only for, a reader served some records")
-        self.next = first + count
-        if self.next == self.until:
-            self.following = False  # the range asked for is complete
-        self._in_flight += len(data)
-        self._last_sent = now
+        self._sent(first, count, len(data), now)
         if self._codec is not None:
             packed = _RAW_SIZE.pack(len(data)) + self._codec.compress(data, asbytes=True)
             if kept is not None:
@@ -562,21 +556,26 @@ class RelayServerSession:
             return encode_frame(_KEPT_HEAD.pack(Kind.KEPT, first, count, kept) + data)
         return encode_records(first, count, data)
 
+    def _sent(self, first: int, count: int, nbytes: int, now: float) -> None:
+        """Offsets ``[first, first + count)`` go out in a frame of ``nbytes`` counted against
+        the credit; they must be the next ones (RECORDS, KEPT and ROWS alike)."""
+        if first != self.next or count < 1:
+            raise ValueError(f"records {first}+{count} are not the next ones ({self.next})")
+        self.next = first + count
+        if self.next == self.until:
+            self.following = False  # the range asked for is complete
+        self._in_flight += nbytes
+        self._last_sent = now
+
     def rows(
         self, first: int, count: int, rows: int, counters: dict[str, int], ipc: bytes, now: float
     ) -> bytes:
         """Frame the ``rows`` decoded from records ``[first, first + count)`` (an Arrow IPC
         stream) with the converter's ``counters`` of them, from where :meth:`next_range`
         said, for a FOLLOW answered with rows."""
-        if first != self.next or count < 1:
-            raise ValueError(f"rows of {first}+{count} are not the next ones ({self.next})")
         if not self.rows_now:
             raise ValueError("ROWS frames are for a FOLLOW answered with rows")
-        self.next = first + count
-        if self.next == self.until:
-            self.following = False
-        self._in_flight += len(ipc)
-        self._last_sent = now
+        self._sent(first, count, len(ipc), now)
         meta = msgpack.packb(counters)
         head = _ROWS_HEAD.pack(Kind.ROWS, first, count, rows, len(meta))
         return encode_frame(head + meta + ipc)
@@ -704,11 +703,7 @@ class RelayClientSession:
                 if len(body) < _RECORDS_HEAD.size:
                     raise RelayProtocolError("a RECORDS frame without its header")
                 _, first, count = _RECORDS_HEAD.unpack_from(body)
-                if self.next is None or first != self.next or count < 1:
-                    raise RelayProtocolError(
-                        f"records from offset {first} where {self.next} was due"
-                    )
-                self.next = first + count
+                self._advance(first, count)
                 data = (
                     body[_RECORDS_HEAD.size :]
                     if kind == Kind.RECORDS
@@ -720,11 +715,9 @@ class RelayClientSession:
                 if len(body) < _KEPT_HEAD.size:
                     raise RelayProtocolError("a KEPT frame without its header")
                 _, first, span, kept = _KEPT_HEAD.unpack_from(body)
-                if self.next is None or first != self.next or span < 1 or kept > span:
-                    raise RelayProtocolError(
-                        f"records from offset {first} where {self.next} was due"
-                    )
-                self.next = first + span
+                if kept > span:
+                    raise RelayProtocolError(f"{kept} records kept of {span} offsets")
+                self._advance(first, span)
                 data = (
                     body[_KEPT_HEAD.size :]
                     if kind == Kind.KEPT
@@ -754,14 +747,18 @@ class RelayClientSession:
             out.append(ServerMessage(_NAMES[kind], fields))
         return out
 
+    def _advance(self, first: int, span: int) -> None:
+        """A frame of offsets ``[first, first + span)`` arrived: they must be the next ones."""
+        if self.next is None or first != self.next or span < 1:
+            raise RelayProtocolError(f"records from offset {first} where {self.next} was due")
+        self.next = first + span
+
     def _rows(self, body: bytes) -> Rows:
         if not self.rows:
             raise RelayProtocolError("a ROWS frame where none was agreed")
         if len(body) < _ROWS_HEAD.size:
             raise RelayProtocolError("a ROWS frame without its header")
         _, first, count, rows, size = _ROWS_HEAD.unpack_from(body)
-        if self.next is None or first != self.next or count < 1:
-            raise RelayProtocolError(f"rows of offset {first} where {self.next} was due")
         at = _ROWS_HEAD.size + size
         if len(body) < at:
             raise RelayProtocolError("a ROWS frame shorter than its counters")
@@ -773,7 +770,7 @@ class RelayClientSession:
             isinstance(k, str) and type(v) is int for k, v in counters.items()
         ):
             raise RelayProtocolError(f"a ROWS frame's counters are not counts: {counters!r}")
-        self.next = first + count
+        self._advance(first, count)
         return Rows(first, count, rows, counters, body[at:])
 
     def took(self, nbytes: int) -> bytes | None:

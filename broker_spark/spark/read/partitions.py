@@ -327,6 +327,11 @@ def read_partition(
         return
     batch = converter.convert_packed(packed, count)
     _say_counted(partition, converter)
+    yield from _in_slices(batch)
+
+
+def _in_slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most :data:`YIELD_ROWS` rows (no copies)."""
     if batch.num_rows <= YIELD_ROWS:
         yield batch
         return
@@ -348,8 +353,7 @@ def _relay_rows(
                 if hasattr(converter, name):
                     setattr(converter, name, getattr(converter, name) + n)
             for batch in batches:
-                for lo in range(0, batch.num_rows, YIELD_ROWS):
-                    yield batch.slice(lo, YIELD_ROWS) if batch.num_rows > YIELD_ROWS else batch
+                yield from _in_slices(batch)
                 given += batch.num_rows
     except (SpoolClientError, RelayError) as exc:
         relay, ssl = partition.relay
@@ -370,8 +374,8 @@ def _relay_rows(
             if hasattr(converter, name):
                 setattr(converter, name, 0)
         rest = converter.convert_packed(fetched.records, fetched.count).slice(given)
-        for lo in range(0, rest.num_rows, YIELD_ROWS):
-            yield rest.slice(lo, YIELD_ROWS)
+        if rest.num_rows:
+            yield from _in_slices(rest)
     _say_counted(partition, converter)
 
 
