@@ -12,10 +12,12 @@ from broker_spark.spool.relay_protocol import (
     FRAME_TARGET,
     HEARTBEAT_INTERVAL,
     Kind,
-    Records,
-    RelayClientSession,
     RelayProtocolError,
     RelayServerSession,
+)
+from broker_spark.spool.relay_reader_session import (
+    Records,
+    RelayClientSession,
     ServerMessage,
 )
 

@@ -34,9 +34,11 @@ from broker_spark.spool import relay_protocol
 from broker_spark.spool.relay_protocol import (
     PROTOCOL_VERSION,
     Kind,
-    RelayClientSession,
     RelayServerSession,
     encode_message,
+)
+from broker_spark.spool.relay_reader_session import (
+    RelayClientSession,
 )
 from broker_spark.spool.served_records import keep_records, served
 from broker_spark.zeek import Batch, LogWrite, standard_schema

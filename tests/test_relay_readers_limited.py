@@ -35,11 +35,13 @@ from broker_spark.spool.relay_client import RelayError, SpoolClient, served_topi
 from broker_spark.spool.relay_protocol import (
     PROTOCOL_VERSION,
     Kind,
-    Records,
-    RelayClientSession,
     RelayProtocolError,
     RelayServerSession,
     encode_message,
+)
+from broker_spark.spool.relay_reader_session import (
+    Records,
+    RelayClientSession,
 )
 from broker_spark.spool.served_records import keep_records
 from broker_spark.tls import make_contexts

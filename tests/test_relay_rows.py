@@ -48,10 +48,12 @@ from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.spool.relay_protocol import (
     ROWS_TARGET,
     Kind,
-    Records,
-    RelayClientSession,
     RelayProtocolError,
     RelayServerSession,
+)
+from broker_spark.spool.relay_reader_session import (
+    Records,
+    RelayClientSession,
     Rows,
     ServerMessage,
 )

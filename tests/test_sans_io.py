@@ -77,7 +77,7 @@ def io_imports(start: Path) -> list[tuple[str, str]]:
 
 
 #: Sans-I/O modules that live beside the I/O they are driven by (the spool protocol).
-CHECKED_MODULES = ("spool/relay_protocol.py",)
+CHECKED_MODULES = ("spool/relay_protocol.py", "spool/relay_reader_session.py")
 MODULES = sorted(
     [p for sub in CHECKED for p in (PACKAGE / sub).rglob("*.py")]
     + [PACKAGE / m for m in CHECKED_MODULES]
@@ -90,6 +90,7 @@ def test_every_core_module_is_checked() -> None:
         "broker_spark.protocol.handshake",
         "broker_spark.store.master",
         "broker_spark.spool.relay_protocol",
+        "broker_spark.spool.relay_reader_session",
     } <= names
     assert len(names) >= 15  # every module, not a chosen few
 

@@ -27,7 +27,8 @@ Modules, from the disk up:
 * :mod:`.service`: a spool with its subscription, pump and status;
 * :mod:`.inline_frames`: ranges of records compressed ahead of time, for readers
   that carry records rather than fetch them;
-* :mod:`.relay_protocol`: the spool protocol, sans-I/O (``docs/relay.md``);
+* :mod:`.relay_protocol`: the spool protocol and its owner's side, sans-I/O
+  (``docs/relay.md``); :mod:`.relay_reader_session`: a reader's side of it, sans-I/O;
 * :mod:`.relay_server` and :mod:`.relay_client`: that protocol over a Unix socket
   or TCP/TLS.
 

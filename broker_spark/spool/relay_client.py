@@ -1,7 +1,7 @@
 """A blocking client of the spool protocol: readers, ``broker-spark status`` and ``receiver stop``.
 
 One socket (a Unix socket to a receiver, TCP or TLS to a relay) and one
-:class:`~broker_spark.spool.relay_protocol.RelayClientSession`, used from one thread
+:class:`~broker_spark.spool.relay_reader_session.RelayClientSession`, used from one thread
 at a time. Every wait is bounded; a connection that breaks or answers what
 is not the protocol raises :class:`SpoolClientError` naming the spool's
 owner, and the caller decides whether to connect again.
@@ -19,9 +19,11 @@ from typing import Any
 
 from broker_spark.errors import EC, BrokerError
 from broker_spark.spool.relay_protocol import (
+    RelayProtocolError,
+)
+from broker_spark.spool.relay_reader_session import (
     Records,
     RelayClientSession,
-    RelayProtocolError,
     Rows,
     ServerMessage,
 )

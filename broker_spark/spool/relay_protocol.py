@@ -3,7 +3,9 @@
 A spool's owner (a ``broker-spark node --spool`` relay, or the receiver
 process of a query's ``spoolPath``) serves this protocol; readers follow the
 spool from an offset on, and tools ask for its status. ``docs/relay.md``
-describes it for people; this module is the one place that decides it.
+describes it for people; this module is the one place that decides it, and holds the
+owner's side (:class:`RelayServerSession`); a reader's side is
+:mod:`~broker_spark.spool.relay_reader_session`.
 
 Frames are Broker's framing (a 4-byte big-endian length, then the body); a
 body is one kind byte and its fields, msgpack maps for everything but records:
@@ -107,18 +109,24 @@ __all__ = [
     "DEFAULT_CREDIT",
     "FRAME_TARGET",
     "HEARTBEAT_INTERVAL",
+    "KEPT_HEAD",
     "MAX_FRAME",
     "PROTOCOL_VERSION",
-    "Kind",
+    "RECORDS_HEAD",
+    "ROWS_HEAD",
     "ROWS_TARGET",
-    "Records",
-    "RelayClientSession",
+    "SERVER_KINDS",
+    "WIRE_CODECS",
+    "Framed",
+    "Kind",
     "RelayProtocolError",
     "RelayServerSession",
-    "Rows",
-    "ServerMessage",
-    "WIRE_CODECS",
+    "ServerEvent",
+    "decompressed",
     "encode_message",
+    "message_fields",
+    "offset_field",
+    "zstd_codec",
 ]
 
 PROTOCOL_VERSION = 1
@@ -149,12 +157,12 @@ HEARTBEAT_INTERVAL = 1.0
 #: longer is closed, so idle sockets cannot pile up on a relay.
 HELLO_TIMEOUT = 10.0
 
-_RECORDS_HEAD = struct.Struct(">BQI")
+RECORDS_HEAD = struct.Struct(">BQI")
 # KEPT: u64 first offset, u32 offsets spanned, u32 records kept (a reader limited to topics)
-_KEPT_HEAD = struct.Struct(">BQII")
+KEPT_HEAD = struct.Struct(">BQII")
 _RAW_SIZE = struct.Struct(">I")
 # ROWS: u64 first offset, u32 offsets spanned, u32 rows, u32 bytes of the counters' map
-_ROWS_HEAD = struct.Struct(">BQIII")
+ROWS_HEAD = struct.Struct(">BQIII")
 #: The codecs a reader may offer and an owner may compress its records frames with.
 WIRE_CODECS = ("zstd",)
 _ZSTD_LEVEL = 1  # 13x on Zeek's batches at about a GB a second
@@ -177,7 +185,7 @@ class Kind:
 
 
 _CLIENT_KINDS = {Kind.HELLO, Kind.FOLLOW, Kind.CREDIT, Kind.REQUEST}
-_SERVER_KINDS = {
+SERVER_KINDS = {
     Kind.WELCOME,
     Kind.RECORDS,
     Kind.KEPT,
@@ -205,14 +213,15 @@ def encode_message(kind: int, fields: dict[str, Any]) -> bytes:
 
 def encode_records(first: int, count: int, data: bytes) -> bytes:
     """One framed RECORDS message (the record stream is not copied into a msgpack map)."""
-    return encode_frame(_RECORDS_HEAD.pack(Kind.RECORDS, first, count) + data)
+    return encode_frame(RECORDS_HEAD.pack(Kind.RECORDS, first, count) + data)
 
 
-def _zstd() -> pa.Codec:
+def zstd_codec() -> pa.Codec:
+    """The codec of compressed RECORDS and KEPT frames."""
     return pa.Codec("zstd", compression_level=_ZSTD_LEVEL)
 
 
-def _decompressed(codec: pa.Codec, body: bytes, at: int) -> bytes:
+def decompressed(codec: pa.Codec, body: bytes, at: int) -> bytes:
     """The record stream of a compressed frame whose size field starts at ``at``."""
     if len(body) < at + _RAW_SIZE.size:
         raise RelayProtocolError("a compressed frame without its size")
@@ -228,7 +237,8 @@ def _decompressed(codec: pa.Codec, body: bytes, at: int) -> bytes:
     return data
 
 
-def _fields(body: bytes) -> dict[str, Any]:
+def message_fields(body: bytes) -> dict[str, Any]:
+    """The msgpack map of a control frame's body."""
     try:
         fields = msgpack.unpackb(body[1:], raw=False, strict_map_key=True)
     except Exception as exc:
@@ -238,14 +248,15 @@ def _fields(body: bytes) -> dict[str, Any]:
     return fields
 
 
-def _offset(fields: dict[str, Any], name: str) -> int:
+def offset_field(fields: dict[str, Any], name: str) -> int:
+    """Field ``name`` of a map, which must be an offset."""
     value = fields.get(name)
     if type(value) is not int or value < 0:
         raise RelayProtocolError(f"{name!r} must be an offset, got {value!r}")
     return value
 
 
-class _Framed:
+class Framed:
     """Cuts received bytes into (kind, body) pairs, refusing what is not this protocol."""
 
     def __init__(self, allowed: set[int], max_frame: int) -> None:
@@ -319,7 +330,7 @@ class RelayServerSession:
         self.rows_codec: str | None = None
         self.rows_now = False
         self.identity = identity  # who the credential names, for messages
-        self._framed = _Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
+        self._framed = Framed(_CLIENT_KINDS, MAX_CLIENT_FRAME)
         self.role: str | None = None
         self.name = ""
         self.following = False
@@ -343,7 +354,7 @@ class RelayServerSession:
         events = []
         for body in self._framed.frames(data):
             kind = body[0]
-            fields = _fields(body)
+            fields = message_fields(body)
             if self.role is None:
                 if kind != Kind.HELLO:
                     raise RelayProtocolError("the first frame must be HELLO")
@@ -353,9 +364,9 @@ class RelayServerSession:
             elif kind == Kind.FOLLOW:
                 if self.role != "follow":
                     raise RelayProtocolError(f"FOLLOW from a {self.role} connection")
-                start = _offset(fields, "from")
-                credit = _offset(fields, "credit")
-                until = _offset(fields, "until") if fields.get("until") is not None else None
+                start = offset_field(fields, "from")
+                credit = offset_field(fields, "credit")
+                until = offset_field(fields, "until") if fields.get("until") is not None else None
                 if until is not None and until < start:
                     raise RelayProtocolError(f"FOLLOW from {start} until {until}")
                 digest = fields.get("schemas")
@@ -369,7 +380,7 @@ class RelayServerSession:
                     )
                 )
             elif kind == Kind.CREDIT:
-                took = _offset(fields, "bytes")
+                took = offset_field(fields, "bytes")
                 self._in_flight = max(0, self._in_flight - took)
             else:  # REQUEST
                 events.append(self._request(fields))
@@ -422,7 +433,7 @@ class RelayServerSession:
             and isinstance(offered, list | tuple)
             and ("zstd" in offered)
         ):
-            self.compression, self._codec = "zstd", _zstd()
+            self.compression, self._codec = "zstd", zstd_codec()
         return ServerEvent("hello", fields)
 
     def serve_rows(self, codec: str) -> None:
@@ -446,14 +457,14 @@ class RelayServerSession:
     def _request(self, fields: dict[str, Any]) -> ServerEvent:
         op = fields.get("op")
         if op == "commit":
-            self.committed = _offset(fields, "offset")
+            self.committed = offset_field(fields, "offset")
             return ServerEvent("commit", fields)
         if op in ("stop", "restart_at", "state") and not self.local:
             raise RelayProtocolError(f"{op} is only for the owner's own machine")
         if op == "status" and self.allowed is not None:
             return self._forbidden("the relay's status")
         if op == "restart_at":
-            _offset(fields, "offset")
+            offset_field(fields, "offset")
         if op not in ("status", "bounds", "stop", "restart_at", "state"):
             raise RelayProtocolError(f"unknown request {op!r}")
         return ServerEvent("request", fields)
@@ -548,12 +559,12 @@ class RelayServerSession:
         if self._codec is not None:
             packed = _RAW_SIZE.pack(len(data)) + self._codec.compress(data, asbytes=True)
             if kept is not None:
-                head = _KEPT_HEAD.pack(Kind.KEPT_COMPRESSED, first, count, kept)
+                head = KEPT_HEAD.pack(Kind.KEPT_COMPRESSED, first, count, kept)
             else:
-                head = _RECORDS_HEAD.pack(Kind.RECORDS_COMPRESSED, first, count)
+                head = RECORDS_HEAD.pack(Kind.RECORDS_COMPRESSED, first, count)
             return encode_frame(head + packed)
         if kept is not None:
-            return encode_frame(_KEPT_HEAD.pack(Kind.KEPT, first, count, kept) + data)
+            return encode_frame(KEPT_HEAD.pack(Kind.KEPT, first, count, kept) + data)
         return encode_records(first, count, data)
 
     def _sent(self, first: int, count: int, nbytes: int, now: float) -> None:
@@ -577,7 +588,7 @@ class RelayServerSession:
             raise ValueError("ROWS frames are for a FOLLOW answered with rows")
         self._sent(first, count, len(ipc), now)
         meta = msgpack.packb(counters)
-        head = _ROWS_HEAD.pack(Kind.ROWS, first, count, rows, len(meta))
+        head = ROWS_HEAD.pack(Kind.ROWS, first, count, rows, len(meta))
         return encode_frame(head + meta + ipc)
 
     def refuse_rows(self, message: str, code: str = "conversion") -> bytes:
@@ -605,178 +616,3 @@ class RelayServerSession:
     def refusal(code: str, message: str) -> bytes:
         """An ERROR for a connection turned away before it has a session (a full server)."""
         return encode_message(Kind.ERROR, {"code": code, "message": message})
-
-
-# --- the reader's side --------------------------------------------------------------------
-
-
-@dataclass
-class Records:
-    """A RECORDS frame: ``count`` records from offset ``first``, as a record stream (from a
-    KEPT frame: ``count`` records of the offsets it spans, the others not for this reader)."""
-
-    first: int
-    count: int
-    data: bytes
-
-
-@dataclass
-class Rows:
-    """A ROWS frame: ``rows`` rows a relay decoded from the records of offsets ``[first,
-    first + count)``, as an Arrow IPC stream, and its converter's ``counters`` of them."""
-
-    first: int
-    count: int
-    rows: int
-    counters: dict[str, int]
-    data: bytes
-
-
-@dataclass
-class ServerMessage:
-    """Any other frame from the owner: ``welcome``, ``heartbeat``, ``error`` or ``reply``."""
-
-    kind: str
-    fields: dict[str, Any]
-
-
-_NAMES = {
-    Kind.WELCOME: "welcome",
-    Kind.HEARTBEAT: "heartbeat",
-    Kind.ERROR: "error",
-    Kind.REPLY: "reply",
-}
-
-
-class RelayClientSession:
-    """One connection on the reader's side: frames to send, and what the owner sent.
-
-    Records must come in order from the offset followed; the session checks
-    that, and keeps the credit topped up as the reader takes records
-    (:meth:`took`).
-    """
-
-    def __init__(self, credit: int = DEFAULT_CREDIT) -> None:
-        self._framed = _Framed(_SERVER_KINDS, MAX_FRAME)
-        self._codec: pa.Codec | None = None  # set when the WELCOME says the owner compresses
-        self.credit = credit
-        self.welcomed = False
-        #: Whether the owner decodes rows for this reader (its WELCOME said ``rows``).
-        self.rows = False
-        self.next: int | None = None  # the offset the next RECORDS must start at
-        self._untold = 0  # bytes taken and not yet acknowledged
-
-    def hello(self, role: str, name: str = "", **fields: Any) -> bytes:
-        """The HELLO; a follower offers the codecs it decompresses unless ``fields`` says
-        otherwise (``compression=[]``: records as written)."""
-        if role == "follow":
-            fields.setdefault("compression", list(WIRE_CODECS))
-        return encode_message(
-            Kind.HELLO, {"version": PROTOCOL_VERSION, "role": role, "name": name, **fields}
-        )
-
-    def follow(self, start: int, until: int | None = None, schemas: str | None = None) -> bytes:
-        """FOLLOW from ``start``; ``schemas``: the digest of the log schemas in force there
-        (a reader whose converter the owner built is answered with rows when they match)."""
-        self.next = start
-        self._untold = 0
-        fields: dict[str, Any] = {"from": start, "credit": self.credit}
-        if until is not None:
-            fields["until"] = until
-        if schemas is not None:
-            fields["schemas"] = schemas
-        return encode_message(Kind.FOLLOW, fields)
-
-    def request(self, op: str, **fields: Any) -> bytes:
-        return encode_message(Kind.REQUEST, {"op": op, **fields})
-
-    def receive(self, data: bytes) -> list[Records | Rows | ServerMessage]:
-        out: list[Records | Rows | ServerMessage] = []
-        for body in self._framed.frames(data):
-            kind = body[0]
-            if kind == Kind.ROWS:
-                out.append(self._rows(body))
-                continue
-            if kind in (Kind.RECORDS_COMPRESSED, Kind.KEPT_COMPRESSED) and self._codec is None:
-                raise RelayProtocolError("a compressed frame where none was agreed")
-            if kind in (Kind.RECORDS, Kind.RECORDS_COMPRESSED):
-                if len(body) < _RECORDS_HEAD.size:
-                    raise RelayProtocolError("a RECORDS frame without its header")
-                _, first, count = _RECORDS_HEAD.unpack_from(body)
-                self._advance(first, count)
-                data = (
-                    body[_RECORDS_HEAD.size :]
-                    if kind == Kind.RECORDS
-                    else _decompressed(self._codec, body, _RECORDS_HEAD.size)  # type: ignore[arg-type]
-                )
-                out.append(Records(first, count, data))
-                continue
-            if kind in (Kind.KEPT, Kind.KEPT_COMPRESSED):  # [first, first + span), ``kept`` of them
-                if len(body) < _KEPT_HEAD.size:
-                    raise RelayProtocolError("a KEPT frame without its header")
-                _, first, span, kept = _KEPT_HEAD.unpack_from(body)
-                if kept > span:
-                    raise RelayProtocolError(f"{kept} records kept of {span} offsets")
-                self._advance(first, span)
-                data = (
-                    body[_KEPT_HEAD.size :]
-                    if kind == Kind.KEPT
-                    else _decompressed(self._codec, body, _KEPT_HEAD.size)  # type: ignore[arg-type]
-                )
-                out.append(Records(first, kept, data))
-                continue
-            fields = _fields(body)
-            if kind == Kind.WELCOME:
-                if self.welcomed:
-                    raise RelayProtocolError("WELCOME twice")
-                self.welcomed = True
-                for name in ("start", "end"):
-                    _offset(fields, name)
-                if not isinstance(fields.get("relay"), str):
-                    raise RelayProtocolError("a WELCOME without the relay's id")
-                codec = fields.get("compression")
-                if codec is not None:
-                    if codec not in WIRE_CODECS:
-                        raise RelayProtocolError(f"a WELCOME with an unknown codec {codec!r}")
-                    self._codec = _zstd()
-                self.rows = fields.get("rows") is not None
-            elif not self.welcomed and kind != Kind.ERROR:
-                raise RelayProtocolError("the first frame must be WELCOME")
-            if kind == Kind.ERROR and fields.get("code") in ("data_loss", "offset_out_of_range"):
-                self.next = None  # following stopped; FOLLOW again to go on
-            out.append(ServerMessage(_NAMES[kind], fields))
-        return out
-
-    def _advance(self, first: int, span: int) -> None:
-        """A frame of offsets ``[first, first + span)`` arrived: they must be the next ones."""
-        if self.next is None or first != self.next or span < 1:
-            raise RelayProtocolError(f"records from offset {first} where {self.next} was due")
-        self.next = first + span
-
-    def _rows(self, body: bytes) -> Rows:
-        if not self.rows:
-            raise RelayProtocolError("a ROWS frame where none was agreed")
-        if len(body) < _ROWS_HEAD.size:
-            raise RelayProtocolError("a ROWS frame without its header")
-        _, first, count, rows, size = _ROWS_HEAD.unpack_from(body)
-        at = _ROWS_HEAD.size + size
-        if len(body) < at:
-            raise RelayProtocolError("a ROWS frame shorter than its counters")
-        try:
-            counters = msgpack.unpackb(body[_ROWS_HEAD.size : at], strict_map_key=True)
-        except Exception as exc:
-            raise RelayProtocolError(f"a ROWS frame's counters do not decode: {exc}") from None
-        if not isinstance(counters, dict) or not all(
-            isinstance(k, str) and type(v) is int for k, v in counters.items()
-        ):
-            raise RelayProtocolError(f"a ROWS frame's counters are not counts: {counters!r}")
-        self._advance(first, count)
-        return Rows(first, count, rows, counters, body[at:])
-
-    def took(self, nbytes: int) -> bytes | None:
-        """The reader took ``nbytes`` of records: a CREDIT frame once half the credit waits."""
-        self._untold += nbytes
-        if self._untold * 2 < self.credit:
-            return None
-        told, self._untold = self._untold, 0
-        return encode_message(Kind.CREDIT, {"bytes": told})
