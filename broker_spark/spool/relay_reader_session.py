@@ -132,12 +132,7 @@ class RelayClientSession:
                     raise RelayProtocolError("a RECORDS frame without its header")
                 _, first, count = RECORDS_HEAD.unpack_from(body)
                 self._advance(first, count)
-                data = (
-                    body[RECORDS_HEAD.size :]
-                    if kind == Kind.RECORDS
-                    else decompressed(self._codec, body, RECORDS_HEAD.size)  # type: ignore[arg-type]
-                )
-                out.append(Records(first, count, data))
+                out.append(Records(first, count, self._stream(body, RECORDS_HEAD.size)))
                 continue
             if kind in (Kind.KEPT, Kind.KEPT_COMPRESSED):  # [first, first + span), ``kept`` of them
                 if len(body) < KEPT_HEAD.size:
@@ -146,12 +141,7 @@ class RelayClientSession:
                 if kept > span:
                     raise RelayProtocolError(f"{kept} records kept of {span} offsets")
                 self._advance(first, span)
-                data = (
-                    body[KEPT_HEAD.size :]
-                    if kind == Kind.KEPT
-                    else decompressed(self._codec, body, KEPT_HEAD.size)  # type: ignore[arg-type]
-                )
-                out.append(Records(first, kept, data))
+                out.append(Records(first, kept, self._stream(body, KEPT_HEAD.size)))
                 continue
             fields = message_fields(body)
             if kind == Kind.WELCOME:
@@ -174,6 +164,15 @@ class RelayClientSession:
                 self.next = None  # following stopped; FOLLOW again to go on
             out.append(ServerMessage(_NAMES[kind], fields))
         return out
+
+    def _stream(self, body: bytes, at: int) -> bytes:
+        """The record stream of a RECORDS or KEPT frame whose header ends at ``at``,
+        decompressed when the frame is of a compressed kind (:meth:`receive` has checked
+        that the WELCOME named a codec)."""
+        if body[0] not in (Kind.RECORDS_COMPRESSED, Kind.KEPT_COMPRESSED):
+            return body[at:]
+        assert self._codec is not None
+        return decompressed(self._codec, body, at)
 
     def _advance(self, first: int, span: int) -> None:
         """A frame of offsets ``[first, first + span)`` arrived: they must be the next ones."""
