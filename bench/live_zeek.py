@@ -183,7 +183,8 @@ def run(copies: int) -> dict[str, Any]:
                 .option("ssl.key", str(certs / "reader.key"))
                 .option("ssl.cafile", str(certs / "ca.pem"))
                 .option("format", "zeek-logs")
-                .schema(table_input_schema(runs=True, messages=True))
+                # as write_zeek_tables reads: a row per partition, read by the writing tasks
+                .option("deferredRows", table_input_schema(runs=True, messages=True).json())
                 .load()
             )
             query = (

@@ -96,7 +96,8 @@ def main() -> None:
             .option("ssl.disable", "true")
             .option("startingOffsets", "earliest")
             .option("format", "zeek-logs")
-            .schema(table_input_schema(messages=True))  # as write_zeek_tables reads
+            # as write_zeek_tables reads: a row per partition, read by the writing tasks
+            .option("deferredRows", table_input_schema(runs=True, messages=True).json())
             .load()
             .writeStream.foreachBatch(tables)
             .option("checkpointLocation", checkpoint)

@@ -24,7 +24,12 @@ from zeek_recordings import ZMQ_LOGS, recording, zmq_local_lines, zmq_messages
 
 from broker_spark.columnar.log_converter import LogConverter
 from broker_spark.data.binary import encode
+from broker_spark.data.msgpack_records import pack_records
 from broker_spark.data.types import Count
+from broker_spark.reader.options import ReaderOptions
+from broker_spark.spark.read.deferred import DeferredRows
+from broker_spark.spark.read.partitions import SpoolPartition
+from broker_spark.spark.read.rows import LogRows
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.zeek_schema import log_columns, read_zeek_json
 from broker_spark.spark.zeek_tables import ZeekTables, table_input_schema
@@ -59,8 +64,11 @@ def batch_of(
     """A micro-batch of the stream, as its partitions hold these messages at ``first`` on:
     two partitions, each converted as an executor converts its own (with the log schemas
     in force at its first offset, as the reader plans them). ``shape``: ``messages``, a row
-    per log of a message holding its bytes, as ``write_zeek_tables`` reads; ``runs``, a row
+    per log of a message holding its bytes; ``deferred``, a row per partition that the
+    tasks consuming it read into those rows, as ``write_zeek_tables`` reads; ``runs``, a row
     per run of a message's records of one log as JSON lines; ``records``, a row a record."""
+    if shape == "deferred":
+        return _deferred_batch_of(spark, messages, first)
     schema = table_input_schema(runs=shape != "records", messages=shape == "messages")
     history = LogSchemaHistory()
     history.observe(first, [(t, p, s) for t, p, s in messages])
@@ -81,6 +89,27 @@ def batch_of(
             list(range(first + lo, first + hi)),
         )
         parts.append(spark.createDataFrame(pa.Table.from_batches([rows])).coalesce(1))
+    return parts[0].union(parts[1])
+
+
+def _deferred_batch_of(spark: Any, messages: list[tuple[str, bytes, str]], first: int) -> Any:  # noqa: F811
+    """The batch of ``batch_of`` as a stream read with ``deferredRows`` gives it: the same
+    two partitions (their records inline), a row each, read by the tasks that consume it."""
+    schema = table_input_schema(runs=True, messages=True)
+    rows = DeferredRows(LogRows(ReaderOptions(format="zeek-logs"), arrow_schema_of(schema), schema))
+    history = LogSchemaHistory()
+    history.observe(first, list(messages))
+    n = len(messages)
+    parts = []
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        records = pack_records(
+            (t, p, s, 1_700_000_000_000_000_000, first + lo + i)
+            for i, (t, p, s) in enumerate(messages[lo:hi])
+        )
+        part = SpoolPartition.inline(first + lo, first + hi, records)
+        part.schemas = history.snapshot(first + lo)
+        [held] = rows.read(part)
+        parts.append(spark.createDataFrame(pa.Table.from_batches([held])).coalesce(1))
     return parts[0].union(parts[1])
 
 
@@ -130,7 +159,7 @@ def test_every_recorded_log_becomes_its_table_as_zeek_wrote_it(spark, db, tmp_pa
         tables = ZeekTables(
             checkpoint=str(tmp_path / key), table=f"{db}.{key}_{{path}}", quarantine=None
         )
-        tables(batch_of(spark, messages), 0)
+        tables(batch_of(spark, messages, shape="deferred"), 0)  # as write_zeek_tables reads
         paths = rec.writes if rec is not None else ("conn", "http", "files")
         for path in paths:
             table = f"{db}.{key}_{path}"
@@ -211,10 +240,21 @@ FOLLOWED = [
 
 #: Parquet by Arrow's tasks; ORC by Spark's writer, the path of Delta's and Iceberg's tables
 #: (5 s more: make test-slow).
+#: Each also from a deferred stream's partitions (what ``write_zeek_tables`` reads: the
+#: tasks read the rows; Spark's writer and the quarantine take them from ``deferred_rows``).
 WAYS = [
     pytest.param({}, id="tasks"),
+    pytest.param({"shape": "deferred"}, id="tasks-deferred"),
     pytest.param({"table_format": "orc"}, marks=pytest.mark.slow, id="orc"),
+    pytest.param(
+        {"table_format": "orc", "shape": "deferred"}, marks=pytest.mark.slow, id="orc-deferred"
+    ),
 ]
+
+
+def _way(way: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A way's writer arguments, and the shape of its batches."""
+    return {k: v for k, v in way.items() if k != "shape"}, way.get("shape", "messages")
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -227,11 +267,12 @@ def test_columns_follow_zeek_and_a_clash_goes_to_quarantine(
     from broker_spark.zeek import standard_schema
 
     schema = standard_schema("conn")
+    way, shape = _way(way)
     tables = writer(db, tmp_path, **way)
-    tables(batch_of(spark, _conn_batch(schema, _conn_rows(3))), 0)
+    tables(batch_of(spark, _conn_batch(schema, _conn_rows(3)), shape=shape), 0)
     # a site's script adds a field: the table gains it from the batch that carries it
     wider = LogSchema(schema.stream, schema.path, (*schema.fields, LogField.of("site", "string")))
-    tables(batch_of(spark, _conn_batch(wider, _conn_rows(2, ["dc-1"])), first=2), 1)
+    tables(batch_of(spark, _conn_batch(wider, _conn_rows(2, ["dc-1"])), 2, shape), 1)
     rows = spark.table(f"{db}.conn").orderBy("offset", "record").select("uid", "site").collect()
     assert [(r.uid, r.site) for r in rows] == FOLLOWED
     # a column changes its type: those rows go to quarantine with the reason, the table stays
@@ -245,7 +286,7 @@ def test_columns_follow_zeek_and_a_clash_goes_to_quarantine(
     rows = _conn_rows(2)
     for r in rows:
         r[schema.names.index("duration")] = "long"
-    tables(batch_of(spark, _conn_batch(clashing, rows), first=4), 2)
+    tables(batch_of(spark, _conn_batch(clashing, rows), 4, shape), 2)
     assert spark.table(f"{db}.conn").count() == 5
     [q1, q2] = spark.table(f"{db}.zeek_quarantine").orderBy("record").collect()
     assert (q1.log, q1.offset, q1.record) == ("conn", 5, 0)
@@ -287,7 +328,7 @@ def test_a_log_column_named_like_the_metadata_keeps_its_name(spark, db, tmp_path
     assert got == [(f"sensors/{i}", 7 + i, "zeek/logs/Conn::LOG") for i in range(3)]
 
 
-@pytest.mark.parametrize("shape", ["messages", "runs", "records"])
+@pytest.mark.parametrize("shape", ["messages", "deferred", "runs", "records"])
 def test_rows_the_tasks_refuse_are_written_by_spark(spark, db, tmp_path, caplog, shape) -> None:  # noqa: F811
     """A count past 2^63 (Zeek's counts are unsigned; Spark's longs are not): the task's
     decode (or Arrow's JSON reader) refuses the group, so Spark's own parse writes it from
@@ -489,9 +530,10 @@ def test_messages_a_relay_kept_undecodable_go_to_the_quarantine(
     ]
     mixed = [*good[:3], kept[0], *good[3:9], kept[1], *good[9:]]
     per_log = batch_of(spark, good, shape="records").groupBy("_path").count().collect()
+    way, shape = _way(way)
     tables = writer(db, tmp_path, **way)
-    tables(batch_of(spark, mixed), 0)
-    tables(batch_of(spark, mixed), 0)  # run again: nothing added
+    tables(batch_of(spark, mixed, shape=shape), 0)
+    tables(batch_of(spark, mixed, shape=shape), 0)  # run again: nothing added
     quarantine = spark.table(f"{db}.zeek_quarantine").orderBy("offset").collect()
     assert [(r.log, r.offset) for r in quarantine] == [
         (UNDECODABLE_PATH, 3),

@@ -11,6 +11,8 @@ uses modules here that do not need Spark.
   not find it by itself, sizes stream reads for the session's parallelism, and
   lets a write started from the calling thread find the source (idempotent;
   ``docs/deploy.md``);
+* :func:`read_deferred` and :func:`deferred_rows`: the rows of a stream read with
+  ``deferredRows``, read by the task that consumes them (:mod:`.read.deferred`);
 * :func:`stop_receiver`: stops the receiver process of a query's ``spoolPath``;
 * :func:`write_zeek_tables`: one query writing each Zeek log into a table of its own,
   exactly once, its columns following Zeek.
@@ -27,6 +29,8 @@ _LAZY = {
     "parse_zeek_json": "broker_spark.spark.zeek_schema",
     "read_zeek_json": "broker_spark.spark.zeek_schema",
     "stop_receiver": "broker_spark.reader.receiver_attach",
+    "read_deferred": "broker_spark.spark.read.deferred",
+    "deferred_rows": "broker_spark.spark.read.deferred",
     "write_zeek_tables": "broker_spark.spark.zeek_tables",
 }
 

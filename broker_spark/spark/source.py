@@ -43,12 +43,19 @@ from pyspark.sql.types import StructType
 
 from broker_spark.reader.options import (
     BrokerOptionError,
+    ReaderOptions,
     parse_reader_options,
     parse_writer_options,
 )
 from broker_spark.spark.compat import arrow_schema
+from broker_spark.spark.read.deferred import (
+    DEFERRED_COLUMN,
+    DEFERRED_DDL,
+    DeferredRows,
+    rows_schema,
+)
 from broker_spark.spark.read.offered_columns import default_ddl, offered_schema
-from broker_spark.spark.read.stream import stream_reader
+from broker_spark.spark.read.stream import StreamReader, stream_reader
 from broker_spark.spark.tables.stores import (
     STORE_DDL,
     StoreStreamWriter,
@@ -79,6 +86,8 @@ class BrokerDataSource(DataSource):
 
     def schema(self) -> str | StructType:
         options = parse_reader_options(self.options, streaming=True)
+        if options.deferred_rows is not None:
+            return DEFERRED_DDL
         if options.store is not None:
             return STORE_DDL
         if options.format == "zeek-logs":
@@ -89,6 +98,20 @@ class BrokerDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_reader_options(self.options, streaming=True)
+        if options.deferred_rows is None:
+            return self._stream_reader(options, schema)
+        if schema.fieldNames() != [DEFERRED_COLUMN]:
+            raise BrokerOptionError(
+                "deferredRows",
+                None,
+                f"the stream's rows are partitions ({DEFERRED_DDL}): give the rows' schema "
+                "in the option, not with .schema()",
+            )
+        reader = self._stream_reader(options, rows_schema(options.deferred_rows))
+        reader.rows = DeferredRows(reader.rows)
+        return reader
+
+    def _stream_reader(self, options: ReaderOptions, schema: StructType) -> StreamReader:
         arrow = arrow_schema_of(schema)
         parallelism = self.session_parallelism
         if options.store is not None:

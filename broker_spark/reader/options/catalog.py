@@ -228,6 +228,14 @@ READER: dict[str, Option] = {
         "`relay_decoders` tasks at once; the others, and every task of an older relay, decode "
         "the records they fetch, to the same rows); `false`: the tasks always decode.",
     ),
+    "deferredRows": Option(
+        "none",
+        "the schema (Spark's JSON, `StructType.json()`) of rows read by the task that "
+        "consumes the stream: `load()` then gives a row per partition (`partition`, binary) "
+        "and `broker_spark.spark.read_deferred` (a `mapInArrow` function) reads it there, so "
+        "the rows cross Spark's JVM once instead of twice. What `write_zeek_tables` reads; "
+        "the rows hold the partition's connection settings, as Spark's task does.",
+    ),
     "receiver": Option(
         "`true`",
         "with `spoolPath`: receive in a receiver process (`false`: in the query's own "

@@ -123,6 +123,9 @@ class ReaderOptions:
     relays: tuple[HostPort, ...] = ()  # read relays' spools (broker-spark node --spool) instead
     #: with ``relay``, format=zeek-logs: tasks ask the relay to decode their ranges
     relay_decode: bool = True
+    #: the rows' schema (Spark's JSON) when a partition is one row read by its consumer
+    #: (:mod:`~broker_spark.spark.read.deferred`); None: the rows themselves
+    deferred_rows: str | None = None
     receiver: bool = True  # with spoolPath: a receiver process owns the endpoint and spool
     receiver_idle_timeout: float = DEFAULT_RECEIVER_IDLE_TIMEOUT
     #: ``listen`` or ``zeromq.logs`` reachable from other hosts may take unauthenticated
@@ -256,6 +259,7 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool = True) 
         zeek_version=_zeek_version(raw),
         relays=relays,
         relay_decode=raw.boolean("relayDecode", True),
+        deferred_rows=raw.nonempty("deferredRows"),
         receiver=raw.boolean("receiver", True),
         receiver_idle_timeout=idle_timeout,
         allow_anonymous=allow_anonymous,

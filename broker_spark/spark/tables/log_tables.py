@@ -29,6 +29,14 @@ field. :func:`write_zeek_tables` builds that from one stream of every log
   a table is skipped); elsewhere (Spark's own tables), a marker per table and
   batch (:mod:`~broker_spark.spark.tables.markers`).
 
+The query reads its stream deferred (``deferredRows``,
+:mod:`~broker_spark.spark.read.deferred`): a micro-batch is a row per partition,
+and the tasks that write read their partitions' rows themselves, so a message's
+bytes reach the task that decodes them without crossing Spark's JVM (the stage
+job); the jobs that need the rows in Spark (the quarantine, Spark's writer) take
+them from :func:`~broker_spark.spark.read.deferred.deferred_rows`.
+:class:`ZeekTables` takes a stream of the rows themselves as well.
+
 How a batch is written depends on the tables' format. Parquet tables (Spark's
 default): one job in which each task decodes its rows into each log's typed
 columns and writes its Parquet files with Arrow under the checkpoint
@@ -60,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_spark.columnar.log_converter import UNDECODABLE_PATH
+from broker_spark.spark.read.deferred import DEFERRED_COLUMN, deferred_rows, read_deferred
 from broker_spark.spark.tables.columns import (
     KEPT_METADATA,
     clash_of,
@@ -156,6 +165,10 @@ class ZeekTables:
     ``parallel`` tables are committed at once (1: one after the other).
     ``spark_writer``: Parquet tables written by Spark's own writer too (what Delta,
     Iceberg and ORC tables always are), not by the tasks with Arrow.
+
+    A micro-batch holds the stream's rows (:func:`table_input_schema`), or, read with
+    ``deferredRows`` set to ``table_input_schema(runs=True, messages=True)`` (what
+    :func:`write_zeek_tables` does), a row per partition that the tasks read.
     """
 
     checkpoint: str
@@ -208,6 +221,10 @@ class ZeekTables:
 
     def _write_batch(self, batch: Any, batch_id: int) -> None:
         spark = batch.sparkSession
+        rows, partitions = batch, None
+        if batch.columns == [DEFERRED_COLUMN]:  # write_zeek_tables' stream: its partitions
+            rows = deferred_rows(batch, table_input_schema(runs=True, messages=True))
+            partitions = batch
         zone = spark.conf.get("spark.sql.session.timeZone")
         fmt = self._format(spark)
         codec = None
@@ -215,15 +232,19 @@ class ZeekTables:
         if files in STAGED_FORMATS and not self.spark_writer:
             codec = arrow_codec(files, _setting(spark, f"spark.sql.{files}.compression.codec"))
         if codec is not None and arrow_knows_time_zone(zone):
-            self._write_staged(batch, batch_id, zone, codec)
+            self._write_staged(rows, partitions, batch_id, zone, codec)
         else:
-            self._write_typed(batch, batch_id)
+            self._write_typed(rows, batch_id)
 
-    def _write_staged(self, batch: Any, batch_id: int, zone: str, codec: str) -> None:
+    def _write_staged(
+        self, batch: Any, partitions: Any, batch_id: int, zone: str, codec: str
+    ) -> None:
         """Parquet tables: the tasks decode and write the rows (the stage job), the driver
-        moves each table's files in (Spark writes only the groups the tasks did not take)."""
+        moves each table's files in (Spark writes only the groups the tasks did not take).
+        ``partitions``: a deferred stream's, which the stage job's tasks read themselves
+        (None: the stage job takes ``batch``, the stream's rows)."""
         folder = os.path.join(self._state(), "staged", f"batch-{batch_id}")
-        groups = self._stage(batch, folder, zone, codec)
+        groups = self._stage(batch, partitions, folder, zone, codec)
         by_table: dict[str, dict[str, list[str]]] = {}
         kept = []
         for (path, sid), group in sorted(groups.items()):
@@ -261,9 +282,10 @@ class ZeekTables:
         return self.table.format(path=safe_name(path))
 
     def _stage(
-        self, batch: Any, folder: str, zone: str, codec: str
+        self, batch: Any, partitions: Any, folder: str, zone: str, codec: str
     ) -> dict[tuple[str, str], StagedGroup]:
-        """Run the stage job, or read what it staged before (a batch run again after the
+        """Run the stage job (on a deferred stream's ``partitions``, read by its tasks, else on
+        ``batch``'s rows), or read what it staged before (a batch run again after the
         driver died): the groups of the batch, by log and schema id."""
         report = os.path.join(folder, "_REPORT.json")
         staged = os.path.dirname(folder)
@@ -284,10 +306,12 @@ class ZeekTables:
             known=self._known_texts(),
             codec=codec,
         )
+        if partitions is not None:
+            job = partitions.mapInArrow(_reading_first(run), REPORT_SCHEMA)
+        else:
+            job = batch.select(*self._input_columns(batch)).mapInArrow(run, REPORT_SCHEMA)
         groups: dict[tuple[str, str], StagedGroup] = {}
-        for row in (
-            batch.select(*self._input_columns(batch)).mapInArrow(run, REPORT_SCHEMA).collect()
-        ):
+        for row in job.collect():
             key = (row["path"], row["schema_id"])  # a group of each task that held its rows
             had = groups.get(key) or StagedGroup(*key, None, 0, 0, None)
             groups[key] = StagedGroup(
@@ -548,6 +572,18 @@ class ZeekTables:
         return os.path.join(local_path(self.checkpoint), STATE)
 
 
+def _reading_first(
+    run: Callable[[Iterator[Any]], Iterator[Any]],
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """``run`` (a ``mapInArrow`` function of the stream's rows) over a deferred stream's
+    partitions: each task reads its partitions' rows itself, then runs it."""
+
+    def deferred(batches: Iterator[Any]) -> Iterator[Any]:
+        return run(read_deferred(batches))
+
+    return deferred
+
+
 def _setting(spark: Any, key: str) -> str | None:
     """The session's value of ``key`` (its default when unset); None if Spark has none."""
     try:
@@ -602,7 +638,8 @@ def write_zeek_tables(
     Returns the running ``StreamingQuery``.
     """
     reader = source.option("format", "zeek-logs").option("zeekVersion", zeek_version)
-    reader = reader.schema(table_input_schema(runs=True, messages=True))
+    # a row per partition, read by the stage job's tasks: the rows cross the JVM once
+    reader = reader.option("deferredRows", table_input_schema(runs=True, messages=True).json())
     if logs:
         reader = reader.option("logs", ",".join(logs))
     writer = ZeekTables(
