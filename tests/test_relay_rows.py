@@ -20,6 +20,7 @@ from typing import Any
 
 import msgpack
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from spark_fixtures import wait_for
 from zeek_recordings import LOG_RECORDINGS, ZMQ_LOGS, recording, zmq_messages
@@ -43,7 +44,7 @@ from broker_spark.spark.read.stream import stream_reader
 from broker_spark.spark.source import arrow_schema_of
 from broker_spark.spark.tables.columns import table_input_schema
 from broker_spark.spark.zeek_schema import generic_log_schema, log_columns, zeek_log_schema
-from broker_spark.spool import relay_protocol, served_rows
+from broker_spark.spool import relay_protocol, relay_server, served_rows
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.spool.relay_protocol import (
     ROWS_TARGET,
@@ -59,6 +60,7 @@ from broker_spark.spool.relay_reader_session import (
 )
 from broker_spark.spool.relay_server import RelayServer
 from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.service import SpoolService
 from broker_spark.spool.spool import Spool
 from broker_spark.zeek import standard_schema
@@ -288,6 +290,47 @@ def test_a_connection_that_breaks_midway_is_made_good_by_the_task(
     assert sent and relay.server.decoded_records > before  # one frame went as rows
     assert "decoding the range's records here" in caplog.text
     assert broken.equals(whole)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_records_dropped_while_a_relay_sends_rows_are_data_loss(
+    relay: _Relay,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fail_on_data_loss: bool,
+) -> None:
+    """A fault injected into the relay (a fake, for the fault only): after the first ROWS
+    frame of a range, its spool says retention dropped everything before offset ``lost``
+    (a reader far behind). The task fails with data loss, or, with ``failOnDataLoss=false``,
+    gives the rows it was sent and then the range's rows from ``lost`` on, decoded from the
+    records the relay still holds: every row once, none it had not."""
+    monkeypatch.setattr(relay_protocol, "ROWS_TARGET", 20_000)
+    spark_schema, options = READERS["generic"]
+    whole = _read(relay.port, spark_schema, many=False, **options)
+    lost = relay.messages - 10
+    read_about = relay_server.read_about
+    calls: list[int] = []
+
+    def dropping(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int]:
+        calls.append(lo)
+        if len(calls) == 2:
+            assert lo < lost  # the first frame ended before the records said lost
+            raise DataLossError(lo, stop, lost)
+        return read_about(spool, lo, stop, budget)
+
+    monkeypatch.setattr(relay_server, "read_about", dropping)
+    flag = str(fail_on_data_loss).lower()
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError):
+            _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
+        return
+    got = _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
+    offsets = got.column("offset").to_numpy()
+    given = int((offsets < lost).sum())
+    assert 0 < given < int((whole.column("offset").to_numpy() < lost).sum())
+    tail = whole.filter(pc.greater_equal(whole.column("offset"), lost))
+    assert got.equals(pa.concat_tables([whole.slice(0, given), tail]).combine_chunks())
+    assert f"failOnDataLoss=false: reading from offset {lost}" in caplog.text
 
 
 def test_failfast_fails_the_task_as_its_own_decoding_would(tmp_path: Path) -> None:

@@ -240,7 +240,6 @@ def _read_shared(
     of it if data was lost: its records and their number, or (``relay_decodes``) the rows a
     relay decoded with ``converter`` (a reader of Zeek's logs)."""
     if partition.relay is not None:
-        relay, ssl = partition.relay
         spec = digest = None
         if relay_decodes and decodes(converter):
             assert isinstance(converter, LogConverter)
@@ -248,17 +247,7 @@ def _read_shared(
             digest = schemas_digest(partition.schemas or ())
 
         def read(lo: int, hi: int) -> Fetched:
-            return fetch_from_relay(
-                relay,
-                ssl,
-                lo,
-                hi,
-                relay_id=partition.relay_id,
-                topics=partition.relay_topics,
-                logs=getattr(partition, "relay_logs", None),
-                converter=spec,
-                schemas=digest if lo == partition.start else None,
-            )
+            return _relay_fetch(partition, lo, hi, spec, digest if lo == partition.start else None)
 
         return _read_range(partition, read)
     assert partition.spool_path is not None
@@ -266,20 +255,27 @@ def _read_shared(
         return _read_range(partition, lambda lo, hi: Fetched(spool.read_packed(lo, hi), hi - lo))
 
 
-def _read_range(partition: SpoolPartition, read: Any) -> Fetched:
-    """``read(lo, hi)``, what was fetched, over the partition's range; past what retention
-    dropped when ``failOnDataLoss`` is false."""
-    lo = partition.start
+def _read_range(partition: SpoolPartition, read: Any, start: int | None = None) -> Fetched:
+    """``read(lo, hi)``, what was fetched, over the partition's range (from ``start`` on, when
+    given); past what retention dropped when ``failOnDataLoss`` is false."""
+    lo = partition.start if start is None else start
     try:
         return read(lo, partition.end)
     except DataLossError as exc:
-        if partition.fail_on_data_loss:
-            raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
-                None
-            ) from None
-        lo = min(max(exc.earliest, partition.start), partition.end)
-        log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
-        return read(lo, partition.end)
+        return read(_past_loss(partition, exc), partition.end)
+
+
+def _past_loss(partition: SpoolPartition, exc: DataLossError) -> int:
+    """Where a read of ``partition`` goes on after retention dropped records it needed: the
+    oldest record left (``failOnDataLoss=false``, said in the log); raises ``exc`` as it is
+    otherwise."""
+    if partition.fail_on_data_loss:
+        raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
+            None
+        ) from None
+    lo = min(max(exc.earliest, partition.start), partition.end)
+    log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
+    return lo
 
 
 _heap_frozen = False
@@ -345,8 +341,12 @@ def _relay_rows(
     """The rows a relay decodes, in slices of at most :data:`YIELD_ROWS`, each frame's as it
     arrives, its counts told as the task's own decoding would tell them. Should the
     connection break midway, the task fetches the range's records and decodes them itself,
-    going on after the rows it has given (the rows are the same either way)."""
+    going on after the rows it has given (the rows are the same either way). Should
+    retention drop records the relay had not sent yet (a reader far behind), the task fails
+    as a task that fetched records would, or (``failOnDataLoss=false``) decodes the range's
+    records from the oldest one left, all of them after the rows given."""
     given = 0
+    lost: DataLossError | None = None
     try:
         for batches, counters in fetched.rows or ():
             for name, n in counters.items():
@@ -355,28 +355,59 @@ def _relay_rows(
             for batch in batches:
                 yield from _in_slices(batch)
                 given += batch.num_rows
+    except DataLossError as exc:
+        lost = exc
     except (SpoolClientError, RelayError) as exc:
         relay, ssl = partition.relay
         log.warning(
             "relay %s: %s, after %d rows of offsets %d-%d; decoding the range's records here",
             relay, exc, given, partition.start, partition.end - 1,
         )  # fmt: skip
-        fetched = fetch_from_relay(
-            relay,
-            ssl,
-            partition.start,
-            partition.end,
-            relay_id=partition.relay_id,
-            topics=partition.relay_topics,
-            logs=getattr(partition, "relay_logs", None),
-        )
+        fetched = _relay_fetch(partition, partition.start, partition.end)
         for name in COUNTERS:  # counted again, from the range's first record
             if hasattr(converter, name):
                 setattr(converter, name, 0)
         rest = converter.convert_packed(fetched.records, fetched.count).slice(given)
         if rest.num_rows:
             yield from _in_slices(rest)
+    if lost is not None:
+        yield from _records_past_loss(partition, converter, lost)
     _say_counted(partition, converter)
+
+
+def _records_past_loss(
+    partition: SpoolPartition, converter: BatchConverter, lost: DataLossError
+) -> Iterator[pa.RecordBatch]:
+    """The rows of a relay partition's records from the oldest one retention left, decoded
+    here (the relay's rows stopped where records were dropped, so every row given came from
+    an older offset); raises ``lost`` where ``failOnDataLoss`` says so."""
+    lo = _past_loss(partition, lost)
+    fetched = _read_range(partition, lambda a, b: _relay_fetch(partition, a, b), start=lo)
+    if fetched.records:
+        yield from _in_slices(converter.convert_packed(fetched.records, fetched.count))
+
+
+def _relay_fetch(
+    partition: SpoolPartition,
+    lo: int,
+    hi: int,
+    converter: dict[str, Any] | None = None,
+    schemas: str | None = None,
+) -> Fetched:
+    """Offsets ``[lo, hi)`` of a relay partition's range: records (the task decodes them), or
+    rows where the relay decodes them with ``converter`` from the ``schemas`` (a digest)."""
+    relay, ssl = partition.relay
+    return fetch_from_relay(
+        relay,
+        ssl,
+        lo,
+        hi,
+        relay_id=partition.relay_id,
+        topics=partition.relay_topics,
+        logs=getattr(partition, "relay_logs", None),
+        converter=converter,
+        schemas=schemas,
+    )
 
 
 def _say_counted(partition: SpoolPartition, converter: BatchConverter) -> None:
