@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,3 +220,48 @@ def test_zeek_logs_read_on_the_executors(
     )
     for row in rows:
         _worker_of(row["executor"], cluster)  # read on an executor, not in the driver's JVM
+
+
+def test_zeek_tables_written_on_the_executors(spark: Any, tmp_path: Path) -> None:
+    """``write_zeek_tables`` on the cluster: its stream is read deferred, so the stage job's
+    tasks, on the executors, unpickle their partitions, fetch them from the relay themselves
+    and write the Parquet files, which the driver commits; each log's table holds Zeek's own
+    records, each once."""
+    from test_spark_relay import Relay
+
+    from broker_spark.spark import write_zeek_tables
+
+    rec = recording("zeek-logs-dns-edns-ecs")
+    db = "cluster_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {db} LOCATION '{tmp_path / 'warehouse'}'")
+    relay = Relay(tmp_path / "relay")
+    try:
+        relay.publish_encoded(rec.data)
+        source = (
+            spark.readStream.format("broker")
+            .option("relay", f"127.0.0.1:{relay.port}")
+            .option("ssl.disable", "true")
+            .option("startingOffsets", "earliest")
+        )
+        query = write_zeek_tables(
+            source,
+            str(tmp_path / "checkpoint"),
+            table=f"{db}.{{path}}",
+            quarantine=f"{db}.quarantine",
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None
+        for path in rec.writes:
+            table = spark.table(f"{db}.{path}")
+            positions = table.select("offset", "record").collect()
+            assert len(positions) == len(set(positions)) == len(rec.local_lines(path)), path
+        zeeks_own = [json.loads(line) for line in rec.local_lines("dns")]
+        dns = spark.table(f"{db}.dns").select("uid", "query").collect()
+        assert sorted((r["uid"], r["query"]) for r in dns) == sorted(
+            (line["uid"], line.get("query")) for line in zeeks_own
+        )
+        assert not spark.catalog.tableExists(f"{db}.quarantine")
+    finally:
+        relay.close()
+        spark.sql(f"DROP DATABASE {db} CASCADE")
