@@ -227,9 +227,7 @@ def test_zeek_tables_written_on_the_executors(spark: Any, tmp_path: Path) -> Non
     tasks, on the executors, unpickle their partitions, fetch them from the relay themselves
     and write the Parquet files, which the driver commits; each log's table holds Zeek's own
     records, each once."""
-    from test_spark_relay import Relay
-
-    from broker_spark.spark import write_zeek_tables
+    from test_spark_relay import Relay, write_tables_once
 
     rec = recording("zeek-logs-dns-edns-ecs")
     db = "cluster_" + uuid.uuid4().hex[:8]
@@ -237,21 +235,7 @@ def test_zeek_tables_written_on_the_executors(spark: Any, tmp_path: Path) -> Non
     relay = Relay(tmp_path / "relay")
     try:
         relay.publish_encoded(rec.data)
-        source = (
-            spark.readStream.format("broker")
-            .option("relay", f"127.0.0.1:{relay.port}")
-            .option("ssl.disable", "true")
-            .option("startingOffsets", "earliest")
-        )
-        query = write_zeek_tables(
-            source,
-            str(tmp_path / "checkpoint"),
-            table=f"{db}.{{path}}",
-            quarantine=f"{db}.quarantine",
-            trigger={"availableNow": True},
-        )
-        query.awaitTermination(180)
-        assert query.exception() is None
+        write_tables_once(spark, relay, tmp_path / "checkpoint", db)
         for path in rec.writes:
             table = spark.table(f"{db}.{path}")
             positions = table.select("offset", "record").collect()

@@ -97,6 +97,28 @@ class Relay:
         self.endpoint.shutdown()
 
 
+def write_tables_once(spark: Any, relay: Relay, checkpoint: Path, db: str) -> None:
+    """``write_zeek_tables`` with its default arguments over everything ``relay`` holds, into
+    tables ``{db}.{path}`` (quarantine ``{db}.quarantine``), as one ``availableNow`` run."""
+    from broker_spark.spark.zeek_tables import write_zeek_tables
+
+    source = (
+        spark.readStream.format("broker")
+        .option("relay", f"127.0.0.1:{relay.port}")
+        .option("ssl.disable", "true")
+        .option("startingOffsets", "earliest")
+    )
+    query = write_zeek_tables(
+        source,
+        str(checkpoint),
+        table=f"{db}.{{path}}",
+        quarantine=f"{db}.quarantine",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+
+
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
     r = Relay(tmp_path / "relay")

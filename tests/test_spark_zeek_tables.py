@@ -361,32 +361,13 @@ def test_write_zeek_tables_reads_a_relay_into_a_table_per_log(spark, db, tmp_pat
     """The whole helper: a relay holding a Zeek's recorded logs, one query with the default
     arguments, each log's table as Zeek wrote it, each record once, in its own position
     (the stream it reads gives a row per run of a message's records)."""
-    from spark_fixtures import wait_for
-    from test_spark_relay import Relay
-
-    from broker_spark.spark.zeek_tables import write_zeek_tables
+    from test_spark_relay import Relay, write_tables_once
 
     rec = recording("zeek-logs-dns-edns-ecs")
     relay = Relay(tmp_path / "relay")
     try:
-        relay.publisher.publish_encoded(rec.data)
-        spool = relay.node.service.spool
-        wait_for(lambda: spool.end_offset() >= len(rec.data), 30, "the recording spooled")
-        source = (
-            spark.readStream.format("broker")
-            .option("relay", f"127.0.0.1:{relay.port}")
-            .option("ssl.disable", "true")
-            .option("startingOffsets", "earliest")
-        )
-        query = write_zeek_tables(
-            source,
-            str(tmp_path / "checkpoint"),
-            table=f"{db}.{{path}}",
-            quarantine=f"{db}.quarantine",
-            trigger={"availableNow": True},
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
+        relay.publish_encoded(rec.data)
+        write_tables_once(spark, relay, tmp_path / "checkpoint", db)
     finally:
         relay.close()
     for path in rec.writes:
