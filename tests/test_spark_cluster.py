@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -227,25 +226,12 @@ def test_zeek_tables_written_on_the_executors(spark: Any, tmp_path: Path) -> Non
     tasks, on the executors, unpickle their partitions, fetch them from the relay themselves
     and write the Parquet files, which the driver commits; each log's table holds Zeek's own
     records, each once."""
-    from test_spark_relay import Relay, write_tables_once
+    from test_spark_relay import tables_written_once
 
     rec = recording("zeek-logs-dns-edns-ecs")
-    db = "cluster_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {db} LOCATION '{tmp_path / 'warehouse'}'")
-    relay = Relay(tmp_path / "relay")
-    try:
-        relay.publish_encoded(rec.data)
-        write_tables_once(spark, relay, tmp_path / "checkpoint", db)
-        for path in rec.writes:
-            table = spark.table(f"{db}.{path}")
-            positions = table.select("offset", "record").collect()
-            assert len(positions) == len(set(positions)) == len(rec.local_lines(path)), path
+    with tables_written_once(spark, tmp_path, rec) as db:
         zeeks_own = [json.loads(line) for line in rec.local_lines("dns")]
         dns = spark.table(f"{db}.dns").select("uid", "query").collect()
         assert sorted((r["uid"], r["query"]) for r in dns) == sorted(
             (line["uid"], line.get("query")) for line in zeeks_own
         )
-        assert not spark.catalog.tableExists(f"{db}.quarantine")
-    finally:
-        relay.close()
-        spark.sql(f"DROP DATABASE {db} CASCADE")

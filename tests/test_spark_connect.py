@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -256,19 +255,8 @@ def test_zeek_tables(spark: Any, tmp_path: Path) -> None:
     """``write_zeek_tables`` from a Connect client: the writer is pickled to the server, its
     ``foreachBatch`` runs there against a Connect session of its own, the stage job's tasks
     read their deferred partitions from the relay; each log's table holds Zeek's records."""
-    from test_spark_relay import Relay, write_tables_once
+    from test_spark_relay import tables_written_once
 
     rec = recording("zeek-logs-dns-edns-ecs")
-    db = "connect_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {db} LOCATION '{tmp_path / 'warehouse'}'")
-    relay = Relay(tmp_path / "relay")
-    try:
-        relay.publish_encoded(rec.data)
-        write_tables_once(spark, relay, tmp_path / "checkpoint", db)
-        for path in rec.writes:
-            positions = spark.table(f"{db}.{path}").select("offset", "record").collect()
-            assert len(positions) == len(set(positions)) == len(rec.local_lines(path)), path
-        assert not spark.catalog.tableExists(f"{db}.quarantine")
-    finally:
-        relay.close()
-        spark.sql(f"DROP DATABASE {db} CASCADE")
+    with tables_written_once(spark, tmp_path, rec) as db:
+        assert spark.table(f"{db}.dns").count() == len(rec.local_lines("dns"))

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,27 @@ def write_tables_once(spark: Any, relay: Relay, checkpoint: Path, db: str) -> No
     )
     query.awaitTermination(180)
     assert query.exception() is None
+
+
+@contextmanager
+def tables_written_once(spark: Any, tmp_path: Path, rec: Any) -> Iterator[str]:
+    """A database in ``tmp_path`` holding the tables ``write_tables_once`` writes of recording
+    ``rec`` served by a relay, each log's table checked to hold its records once (by their
+    positions); dropped at the end."""
+    db = "zt_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {db} LOCATION '{tmp_path / 'warehouse'}'")
+    relay = Relay(tmp_path / "relay")
+    try:
+        relay.publish_encoded(rec.data)
+        write_tables_once(spark, relay, tmp_path / "checkpoint", db)
+        for path in rec.writes:
+            positions = spark.table(f"{db}.{path}").select("offset", "record").collect()
+            assert len(positions) == len(set(positions)) == len(rec.local_lines(path)), path
+        assert not spark.catalog.tableExists(f"{db}.quarantine")
+        yield db
+    finally:
+        relay.close()
+        spark.sql(f"DROP DATABASE {db} CASCADE")
 
 
 @pytest.fixture
