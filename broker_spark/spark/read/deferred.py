@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark import cloudpickle
 
 from broker_spark.reader.options import BrokerOptionError
 from broker_spark.spark.read.rows import Rows
@@ -65,7 +66,8 @@ class DeferredRows:
         return self.rows.converter(partition)
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        held = pickle.dumps((self.rows, partition), protocol=pickle.HIGHEST_PROTOCOL)
+        # pickled as Spark pickles a task's reader (cloudpickle: any rows Spark could ship)
+        held = cloudpickle.dumps((self.rows, partition), protocol=pickle.HIGHEST_PROTOCOL)
         yield pa.RecordBatch.from_arrays([pa.array([held], pa.binary())], schema=_ARROW)
 
 
