@@ -29,10 +29,7 @@ from broker_spark.config import TLSSettings
 from broker_spark.reader.options import HostPort
 from broker_spark.reader.remote import FETCH_TIMEOUT, tls_context
 from broker_spark.spool.relay_client import RelayError, SpoolClient, SpoolClientError
-from broker_spark.spool.relay_reader_session import (
-    Records,
-    Rows,
-)
+from broker_spark.spool.relay_reader_session import Records, Rows
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.served_records import hello_fields, served
 

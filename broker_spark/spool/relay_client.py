@@ -18,9 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from broker_spark.errors import EC, BrokerError
-from broker_spark.spool.relay_protocol import (
-    RelayProtocolError,
-)
+from broker_spark.spool.relay_protocol import RelayProtocolError
 from broker_spark.spool.relay_reader_session import (
     Records,
     RelayClientSession,

@@ -358,10 +358,9 @@ def _relay_rows(
     except DataLossError as exc:
         lost = exc
     except (SpoolClientError, RelayError) as exc:
-        relay, ssl = partition.relay
         log.warning(
             "relay %s: %s, after %d rows of offsets %d-%d; decoding the range's records here",
-            relay, exc, given, partition.start, partition.end - 1,
+            partition.relay[0], exc, given, partition.start, partition.end - 1,
         )  # fmt: skip
         fetched = _relay_fetch(partition, partition.start, partition.end)
         for name in COUNTERS:  # counted again, from the range's first record

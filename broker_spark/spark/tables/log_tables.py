@@ -223,7 +223,7 @@ class ZeekTables:
         spark = batch.sparkSession
         rows, partitions = batch, None
         if batch.columns == [DEFERRED_COLUMN]:  # write_zeek_tables' stream: its partitions
-            rows = deferred_rows(batch, table_input_schema(runs=True, messages=True))
+            rows = deferred_rows(batch, _stream_rows())
             partitions = batch
         zone = spark.conf.get("spark.sql.session.timeZone")
         fmt = self._format(spark)
@@ -572,6 +572,12 @@ class ZeekTables:
         return os.path.join(local_path(self.checkpoint), STATE)
 
 
+def _stream_rows() -> Any:
+    """The rows :func:`write_zeek_tables`' stream stands for (its ``deferredRows``): a row per
+    log of each message, holding the message's bytes; one schema for the reader and the writer."""
+    return table_input_schema(runs=True, messages=True)
+
+
 def _reading_first(
     run: Callable[[Iterator[Any]], Iterator[Any]],
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -639,7 +645,7 @@ def write_zeek_tables(
     """
     reader = source.option("format", "zeek-logs").option("zeekVersion", zeek_version)
     # a row per partition, read by the stage job's tasks: the rows cross the JVM once
-    reader = reader.option("deferredRows", table_input_schema(runs=True, messages=True).json())
+    reader = reader.option("deferredRows", _stream_rows().json())
     if logs:
         reader = reader.option("logs", ",".join(logs))
     writer = ZeekTables(
