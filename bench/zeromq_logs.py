@@ -245,7 +245,7 @@ def _decoding_reader(port: int, stop: Any, conn: Any) -> None:
             if fetched.rows is None:
                 records += fetched.count * ZEEK_BATCH
             else:
-                rows += sum(b.num_rows for batches, _c in fetched.rows for b in batches)
+                rows += sum(b.num_rows for frame in fetched.rows for b in frame.batches)
             lo = end
     conn.send((rows, records))
 

@@ -245,7 +245,7 @@ def test_a_range_whose_schemas_differ_is_sent_as_records(relay: _Relay) -> None:
     converter.relay = relay.server.service.id  # as a task sets it from its partition
     matching = _fetch(relay, converter, schemas_digest([]), 12)
     assert matching.rows is not None and matching.records == b""
-    decoded = [b for batches, _counted in matching.rows for b in batches]
+    decoded = [b for frame in matching.rows for b in frame.batches]
     other = _fetch(relay, converter, "not-the-digest", 12)
     assert other.rows is None and other.count == 12
     mine = converter.convert_packed(other.records, other.count)
@@ -292,6 +292,17 @@ def test_a_connection_that_breaks_midway_is_made_good_by_the_task(
     assert broken.equals(whole)
 
 
+def _rows_given_then_past(got: pa.Table, whole: pa.Table, lost: int, logged: str) -> None:
+    """``got`` is some of ``whole``'s rows before offset ``lost`` (those a relay sent), then
+    all of its rows from ``lost`` on: every row once, none it had not; the log says so."""
+    offsets = got.column("offset").to_numpy()
+    given = int((offsets < lost).sum())
+    assert 0 < given < int((whole.column("offset").to_numpy() < lost).sum())
+    tail = whole.filter(pc.greater_equal(whole.column("offset"), lost))
+    assert got.equals(pa.concat_tables([whole.slice(0, given), tail]).combine_chunks())
+    assert f"failOnDataLoss=false: reading from offset {lost}" in logged
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_records_dropped_while_a_relay_sends_rows_are_data_loss(
     relay: _Relay,
@@ -325,12 +336,7 @@ def test_records_dropped_while_a_relay_sends_rows_are_data_loss(
             _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
         return
     got = _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
-    offsets = got.column("offset").to_numpy()
-    given = int((offsets < lost).sum())
-    assert 0 < given < int((whole.column("offset").to_numpy() < lost).sum())
-    tail = whole.filter(pc.greater_equal(whole.column("offset"), lost))
-    assert got.equals(pa.concat_tables([whole.slice(0, given), tail]).combine_chunks())
-    assert f"failOnDataLoss=false: reading from offset {lost}" in caplog.text
+    _rows_given_then_past(got, whole, lost, caplog.text)
 
 
 def test_failfast_fails_the_task_as_its_own_decoding_would(tmp_path: Path) -> None:
@@ -572,3 +578,48 @@ def test_a_relay_of_no_decoders_offers_no_rows(tmp_path: Path) -> None:
         spool.close()
     with pytest.raises(ValueError, match="decoders must be 0 or more"):
         RelayServer(SpoolService(spool, ["zeek/"]), decoders=-1)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_records_dropped_before_a_broken_connection_is_made_good_are_data_loss(
+    relay: _Relay,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fail_on_data_loss: bool,
+) -> None:
+    """Faults injected into the relay (fakes, for the faults only): its connection breaks
+    after the first ROWS frame of a range, and by the time the task fetches the rest as
+    records, retention has dropped everything before offset ``lost``. The task fails with
+    data loss, or, with ``failOnDataLoss=false``, gives the frame's rows and then the
+    range's rows from ``lost`` on: every row once, none it had not."""
+    monkeypatch.setattr(relay_protocol, "ROWS_TARGET", 20_000)
+    spark_schema, options = READERS["generic"]
+    whole = _read(relay.port, spark_schema, many=False, **options)
+    lost = relay.messages - 10
+    rows_frame, read_about = RelayServerSession.rows, relay_server.read_about
+    sent: list[int] = []
+    broke: list[int] = []
+
+    def breaking(self: RelayServerSession, *args: Any) -> bytes:
+        if sent:
+            broke.append(1)
+            raise ConnectionResetError("injected")
+        sent.append(1)
+        return rows_frame(self, *args)
+
+    def dropping(spool: Any, lo: int, stop: int, budget: int) -> tuple[bytes, int]:
+        if broke and lo < lost:
+            raise DataLossError(lo, stop, lost)
+        return read_about(spool, lo, stop, budget)
+
+    monkeypatch.setattr(RelayServerSession, "rows", breaking)
+    monkeypatch.setattr(relay_server, "read_about", dropping)
+    flag = str(fail_on_data_loss).lower()
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError):
+            _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
+        assert broke
+        return
+    got = _read(relay.port, spark_schema, many=False, failOnDataLoss=flag, **options)
+    assert broke and "decoding the range's records here" in caplog.text
+    _rows_given_then_past(got, whole, lost, caplog.text)

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -33,7 +33,7 @@ from broker_spark.spool.relay_reader_session import Records, Rows
 from broker_spark.spool.segment import DataLossError
 from broker_spark.spool.served_records import hello_fields, served
 
-__all__ = ["TASK_RETRY", "Fetched", "fetch_from_relay"]
+__all__ = ["TASK_RETRY", "Fetched", "FrameRows", "fetch_from_relay"]
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,26 @@ log = logging.getLogger(__name__)
 TASK_RETRY = 120.0
 
 
+class FrameRows(NamedTuple):
+    """One ROWS frame, as a task takes it: its batches, what the relay's converter counted
+    in them, and the offset after the frame's (all of the range before it is in these
+    rows or in earlier frames')."""
+
+    batches: list[pa.RecordBatch]
+    counters: dict[str, int]
+    next_offset: int
+
+
 @dataclass
 class Fetched:
     """What a task fetched of its range: its records (a record stream, and how many), or,
-    when the relay decodes them, ``rows``: each ROWS frame's batches and what the relay's
-    converter counted in them, as the frames arrive (the connection is open until the
+    when the relay decodes them, ``rows``: each ROWS frame's rows (:class:`FrameRows`), as
+    the frames arrive (the connection is open until the
     stream ends or is closed)."""
 
     records: bytes = b""
     count: int = 0
-    rows: Iterator[tuple[list[pa.RecordBatch], dict[str, int]]] | None = None
+    rows: Iterator[FrameRows] | None = None
 
 
 def fetch_from_relay(
@@ -163,7 +173,7 @@ def _relay_errors(
 
 def _decoded(
     client: SpoolClient, first: Rows, parts: Iterator[Records | Rows]
-) -> Iterator[tuple[list[pa.RecordBatch], dict[str, int]]]:
+) -> Iterator[FrameRows]:
     """The rows of each ROWS frame as it arrives (the relay decodes the next meanwhile), with
     what the relay's converter counted in them; the connection closes with the stream."""
     try:
@@ -174,7 +184,8 @@ def _decoded(
         client.close()
 
 
-def _frame_rows(part: Records | Rows) -> tuple[list[pa.RecordBatch], dict[str, int]]:
+def _frame_rows(part: Records | Rows) -> FrameRows:
     if not isinstance(part, Rows):
         raise SpoolClientError("a relay sent records among decoded rows")
-    return [b for b in rows_from_ipc(part.data) if b.num_rows], dict(part.counters)
+    batches = [b for b in rows_from_ipc(part.data) if b.num_rows]
+    return FrameRows(batches, dict(part.counters), part.first + part.count)

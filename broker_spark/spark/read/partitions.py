@@ -52,7 +52,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from broker_spark.columnar.converter_spec import (
-    COUNTERS,
     converter_spec,
     decodes,
     schemas_digest,
@@ -262,18 +261,18 @@ def _read_range(partition: SpoolPartition, read: Any, start: int | None = None) 
     try:
         return read(lo, partition.end)
     except DataLossError as exc:
-        return read(_past_loss(partition, exc), partition.end)
+        return read(_past_loss(partition, exc, lo), partition.end)
 
 
-def _past_loss(partition: SpoolPartition, exc: DataLossError) -> int:
-    """Where a read of ``partition`` goes on after retention dropped records it needed: the
-    oldest record left (``failOnDataLoss=false``, said in the log); raises ``exc`` as it is
-    otherwise."""
+def _past_loss(partition: SpoolPartition, exc: DataLossError, lo: int) -> int:
+    """Where a read of ``partition`` from offset ``lo`` goes on after retention dropped
+    records it needed: the oldest record left (``failOnDataLoss=false``, said in the log);
+    raises ``exc`` as it is otherwise."""
     if partition.fail_on_data_loss:
         raise DataLossError(exc.start, exc.end, exc.earliest, str(exc)).with_traceback(
             None
         ) from None
-    lo = min(max(exc.earliest, partition.start), partition.end)
+    lo = min(max(exc.earliest, lo), partition.end)
     log.warning("%s; failOnDataLoss=false: reading from offset %d", exc, lo)
     return lo
 
@@ -339,51 +338,35 @@ def _relay_rows(
     partition: SpoolPartition, converter: BatchConverter, fetched: Fetched
 ) -> Iterator[pa.RecordBatch]:
     """The rows a relay decodes, in slices of at most :data:`YIELD_ROWS`, each frame's as it
-    arrives, its counts told as the task's own decoding would tell them. Should the
-    connection break midway, the task fetches the range's records and decodes them itself,
-    going on after the rows it has given (the rows are the same either way). Should
-    retention drop records the relay had not sent yet (a reader far behind), the task fails
-    as a task that fetched records would, or (``failOnDataLoss=false``) decodes the range's
-    records from the oldest one left, all of them after the rows given."""
-    given = 0
-    lost: DataLossError | None = None
+    arrives, its counts told as the task's own decoding would tell them. Should the stream
+    stop midway, the task fetches the records after the last frame's and decodes them
+    itself (the rows are the same either way): the connection broke, or retention dropped
+    records the relay had not sent yet (a reader far behind). Where records it still needed
+    are gone, the task fails as a task that fetched records would, or
+    (``failOnDataLoss=false``) decodes the range's records from the oldest one left, all of
+    them after the rows given."""
+    done = partition.start  # the offset after the rows given
     try:
-        for batches, counters in fetched.rows or ():
-            for name, n in counters.items():
+        for frame in fetched.rows or ():
+            for name, n in frame.counters.items():
                 if hasattr(converter, name):
                     setattr(converter, name, getattr(converter, name) + n)
-            for batch in batches:
+            for batch in frame.batches:
                 yield from _in_slices(batch)
-                given += batch.num_rows
+            done = frame.next_offset
     except DataLossError as exc:
-        lost = exc
+        done = _past_loss(partition, exc, done)
     except (SpoolClientError, RelayError) as exc:
         log.warning(
-            "relay %s: %s, after %d rows of offsets %d-%d; decoding the range's records here",
-            partition.relay[0], exc, given, partition.start, partition.end - 1,
+            "relay %s: %s, after offsets %d-%d of %d-%d; decoding the range's records here",
+            partition.relay[0], exc, partition.start, done - 1, partition.start,
+            partition.end - 1,
         )  # fmt: skip
-        fetched = _relay_fetch(partition, partition.start, partition.end)
-        for name in COUNTERS:  # counted again, from the range's first record
-            if hasattr(converter, name):
-                setattr(converter, name, 0)
-        rest = converter.convert_packed(fetched.records, fetched.count).slice(given)
-        if rest.num_rows:
-            yield from _in_slices(rest)
-    if lost is not None:
-        yield from _records_past_loss(partition, converter, lost)
+    if done < partition.end:
+        fetched = _read_range(partition, lambda a, b: _relay_fetch(partition, a, b), start=done)
+        if fetched.records:
+            yield from _in_slices(converter.convert_packed(fetched.records, fetched.count))
     _say_counted(partition, converter)
-
-
-def _records_past_loss(
-    partition: SpoolPartition, converter: BatchConverter, lost: DataLossError
-) -> Iterator[pa.RecordBatch]:
-    """The rows of a relay partition's records from the oldest one retention left, decoded
-    here (the relay's rows stopped where records were dropped, so every row given came from
-    an older offset); raises ``lost`` where ``failOnDataLoss`` says so."""
-    lo = _past_loss(partition, lost)
-    fetched = _read_range(partition, lambda a, b: _relay_fetch(partition, a, b), start=lo)
-    if fetched.records:
-        yield from _in_slices(converter.convert_packed(fetched.records, fetched.count))
 
 
 def _relay_fetch(
