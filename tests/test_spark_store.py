@@ -10,7 +10,8 @@ from spark_fixtures import PeerWatch, drain_until, running
 
 import broker_spark as broker
 from broker_spark.data.json_codec import dumps_value
-from broker_spark.spark import register
+from broker_spark.spark import deferred_rows, register
+from broker_spark.spark.tables.stores import STORE_DDL
 
 hub = spark_fixtures.hub  # a fixture, shared by the Spark test modules
 spark = spark_fixtures.spark  # a fixture, shared by the Spark test modules
@@ -59,15 +60,21 @@ def test_read_and_write_a_store(spark: Any, hub: broker.Endpoint) -> None:
 
 @pytest.mark.slow  # 5 s of a streaming query: make test-slow, and every PySpark (versions)
 @pytest.mark.versions
-def test_stream_a_store_s_changes(spark: Any, hub: broker.Endpoint) -> None:
+@pytest.mark.parametrize("deferred", [False, True], ids=["rows", "deferred"])
+def test_stream_a_store_s_changes(spark: Any, hub: broker.Endpoint, deferred: bool) -> None:
+    """The changes as rows, or (``deferred``) as partitions that the task consuming them
+    reads (``deferredRows``, what the tables writer does with Zeek's logs): the same rows."""
     master = hub.attach_master("inventory")
     master.put("before", 1)
     watch = PeerWatch(hub)
+    stream = spark.readStream.format("broker").options(**_options(hub))
+    if deferred:
+        schema = spark.createDataFrame([], STORE_DDL).schema
+        changes = deferred_rows(stream.option("deferredRows", schema.json()).load(), schema)
+    else:
+        changes = stream.load()
     query = (
-        spark.readStream.format("broker")
-        .options(**_options(hub))
-        .load()
-        .writeStream.format("memory")
+        changes.writeStream.format("memory")
         .queryName("changes")
         .trigger(processingTime=TRIGGER)
         .start()
