@@ -18,19 +18,42 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from broker_spark.columnar.record_batches import DEFAULT_SCHEMA
 from broker_spark.spark.read.offered_columns import DEFAULT_DDL
 
-_BATCHES: dict[int, pa.RecordBatch] = {}
+_BATCHES: dict[tuple[str, int], pa.RecordBatch] = {}
+
+#: The read's rows in ``bench/spark_stream.py``: its publisher's topic and event, and a sender
+#: as long as an endpoint's id.
+BENCH_TOPIC = "zeek/bench/conn"
+BENCH_SENDER = "b893effd-37bd-49ba-a3db-85dc2acf1c20"
+#: A tiny event's Zeek JSON (what ``rows=small`` repeats).
+SMALL_TEXT = '{"@data-type":"vector","data":[{"@data-type":"count","data":1}]}'
 
 
-def _batch(rows: int) -> pa.RecordBatch:
-    """``rows`` rows of a typical small event, made once per process."""
-    found = _BATCHES.get(rows)
+def bench_event_json(i: int) -> str:
+    """The Zeek JSON of the bench publisher's event number ``i``: the ``data`` its read gives."""
+    from broker_spark.columnar.binary_json import binary_to_json
+    from broker_spark.data.binary import encode
+    from broker_spark.data.types import Count
+
+    one = Count(1)
+    return binary_to_json(encode((one, one, ("conn_seen", (Count(i), "CHhAvVGS1DHFjwGM9")))))
+
+
+def _batch(shape: str, rows: int) -> pa.RecordBatch:
+    """``rows`` rows of ``shape``, made once per process: ``small``, a tiny event, or
+    ``bench``, the rows the bench's read gives (its publisher's events, numbered as a
+    run's millionth onwards, so their counts have as many digits)."""
+    found = _BATCHES.get((shape, rows))
     if found is None:
-        text = '{"@data-type":"vector","data":[{"@data-type":"count","data":1}]}'
-        found = _BATCHES[rows] = pa.RecordBatch.from_arrays(
+        if shape == "bench":
+            topic, sender = BENCH_TOPIC, BENCH_SENDER
+            texts = [bench_event_json(1_000_000 + i) for i in range(rows)]
+        else:
+            topic, sender, texts = "zeek/events/ping", "zeek", [SMALL_TEXT] * rows
+        found = _BATCHES[shape, rows] = pa.RecordBatch.from_arrays(
             [
-                pa.array(["zeek/events/ping"] * rows),
-                pa.array([text] * rows),
-                pa.array(["zeek"] * rows),
+                pa.array([topic] * rows),
+                pa.array(texts),
+                pa.array([sender] * rows),
                 pa.array([1_700_000_000_000_000] * rows, pa.timestamp("us", tz="UTC")),
                 pa.array(range(rows), pa.int64()),
             ],
@@ -48,8 +71,9 @@ class RowsPartition(InputPartition):
 
 
 class NullReader(DataSourceStreamReader):
-    def __init__(self, rows_per_batch: int) -> None:
+    def __init__(self, rows_per_batch: int, shape: str) -> None:
         self.rows_per_batch = rows_per_batch
+        self.shape = shape
         self.end = 0
 
     def initialOffset(self) -> dict:
@@ -66,7 +90,7 @@ class NullReader(DataSourceStreamReader):
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         rows = partition.rows
         step = 10_000  # Spark's maxRecordsPerBatch: the batches Arrow hands on
-        block = _batch(step)
+        block = _batch(self.shape, step)
         for lo in range(0, rows, step):
             yield block if rows - lo >= step else block.slice(0, rows - lo)
 
@@ -83,4 +107,7 @@ class NullSource(DataSource):
         return DEFAULT_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return NullReader(int(self.options.get("rowsPerBatch", "1000000")))
+        shape = self.options.get("rows", "small")
+        if shape not in ("small", "bench"):
+            raise ValueError(f"rows must be small or bench, not {shape!r}")
+        return NullReader(int(self.options.get("rowsPerBatch", "1000000")), shape)
