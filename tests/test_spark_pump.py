@@ -12,6 +12,7 @@ import pytest
 
 from broker_spark.columnar.record_batches import RecordConverter
 from broker_spark.core.node_message import DATA
+from broker_spark.core.queues import SubscriberQueue
 from broker_spark.data.msgpack_records import Record, pack_records
 from broker_spark.errors import DecodeError, EncodeError
 from broker_spark.spark.read.partitions import INLINE_CODEC, SpoolPartition
@@ -72,34 +73,27 @@ def test_a_bad_record_leaves_the_spool_unchanged(tmp_path: Path, bad: Any) -> No
         assert spool.append_batch(records(1)) == 5
 
 
-class _Queue:
-    def __init__(self, batches: list[list[Any]]) -> None:
-        self.batches = batches
-
-    def take(self, n: int, timeout: float | None) -> list[Any]:
-        return self.batches.pop(0) if self.batches else []
-
-
-def _subscription(batches: list[list[Any]]) -> RawSubscriber:
-    """A raw subscriber over a queue that hands out ``batches`` (a fake: no core)."""
-    return RawSubscriber(None, _Queue(batches))  # type: ignore[arg-type]
-
-
 def test_take_stamped_gives_spool_records_with_one_time() -> None:
+    """A raw subscription over a real subscriber queue (the core that fills it is not
+    needed: the batches are delivered as the core's loop would)."""
     a, b = uuid.uuid4().bytes, uuid.uuid4().bytes
     first = [("/x", b"1", DATA, 16, a), ("/y", b"2", DATA, 16, b)]
     second = [("/x", b"3", DATA, 16, b), ("/x", b"4", DATA, 16, a)]
     third = [("/z", b"5", DATA, 16, b"\x01\x02")]  # a sender id that is not a UUID
-    sub = _subscription([first, second, third, []])
+    queue = SubscriberQueue(("/",), qsize=100)
+    sub = RawSubscriber(None, queue)  # type: ignore[arg-type]
     clock = iter([10, 20, 30]).__next__
+    queue.deliver(first)
     assert sub.take_stamped(100, 0.1, clock) == [
         ("/x", b"1", str(uuid.UUID(bytes=a)), 10),
         ("/y", b"2", str(uuid.UUID(bytes=b)), 10),
     ]
+    queue.deliver(second)
     assert sub.take_stamped(100, 0.1, clock) == [
         ("/x", b"3", str(uuid.UUID(bytes=b)), 20),
         ("/x", b"4", str(uuid.UUID(bytes=a)), 20),
     ]
+    queue.deliver(third)
     assert sub.take_stamped(100, 0.1, clock) == [("/z", b"5", "0102", 30)]
     assert sub.take_stamped(100, 0.1, clock) == []
 
