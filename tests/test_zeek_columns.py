@@ -16,7 +16,7 @@ from broker_spark.data.types import Port
 from broker_spark.zeek import LogField, TypeTag, decode_values, encode_record, render_line
 from broker_spark.zeek.arrow_columns import MAX_MICROS, MIN_MICROS, ipv6_strings, sql_array
 from broker_spark.zeek.columns import Block, decode_block
-from broker_spark.zeek.json_columns import double_texts, render_block
+from broker_spark.zeek.json_columns import Texts, _join, double_texts, render_block
 from broker_spark.zeek.logs import _field_from_data
 from broker_spark.zeek.text import addr_text, format_double
 
@@ -45,6 +45,20 @@ def test_bulk_lines_follow_timestamp_formats_and_unset_fields(case, fmt, unset) 
     schema, rows = case
     bulk, one = _lines(schema, rows, timestamps=fmt, include_unset=unset)
     assert bulk == one
+
+
+def test_joints_the_same_in_every_row_are_joined_once() -> None:
+    """Where every row has the same joints (all columns present, or none), they are one
+    string each run; a line of no columns is still a line a row."""
+    strings = pa.array(["a", "b", "c"])
+    ints = pa.array(["1", "2", "3"])
+    present = np.ones(3, dtype=bool)
+    got = _join([(Texts([(strings, None)], '"', '"'), present), (Texts([(ints, None)]), present)],
+                3, ['"s"', '"n"'])  # fmt: skip
+    assert got.to_pylist() == ['{"s":"a","n":1}', '{"s":"b","n":2}', '{"s":"c","n":3}']
+    assert _join([], 3, []).to_pylist() == ["{}"] * 3
+    absent = np.zeros(3, dtype=bool)
+    assert _join([(Texts([(ints, None)]), absent)], 3, ['"n"']).to_pylist() == ["{}"] * 3
 
 
 @pytest.mark.parametrize("name", LOG_RECORDINGS)

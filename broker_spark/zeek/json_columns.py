@@ -263,11 +263,38 @@ def _join(
         dtype=np.int64,
     )
     slots.append(ends[pending + 1])
-    table = pa.array(pool, _STRING)
-    arrays = [
-        pc.take(table, pa.array(s, mask=s < 0)) if isinstance(s, np.ndarray) else s for s in slots
-    ]
-    return pc.binary_join_element_wise(*arrays, "", null_handling="skip")
+    return pc.binary_join_element_wise(*_pieces(slots, pool), "", null_handling="skip")
+
+
+def _pieces(slots: list[np.ndarray | pa.Array], pool: list[str]) -> list[pa.Array | pa.Scalar]:
+    """The element-wise join's arguments: value arrays as they are, and each joint slot (pool
+    indexes, -1: none) picked from the pool, except that a slot the same in every row is
+    one string (a scalar the join repeats; runs of them merged) or nothing (none in any
+    row). Most joints are the same in every row (a column present in all of them after
+    another one), and a scalar spares the join an array of it."""
+    table: pa.Array | None = None
+    out: list[pa.Array | pa.Scalar] = []
+    constant: list[str] = []  # the joints in a row since the last array
+    for s in slots:
+        if isinstance(s, np.ndarray) and len(s) and bool((s == s[0]).all()):
+            if s[0] >= 0:
+                constant.append(pool[int(s[0])])
+            continue
+        if constant:
+            out.append(pa.scalar("".join(constant), _STRING))
+            constant = []
+        if isinstance(s, np.ndarray):
+            if table is None:
+                table = pa.array(pool, _STRING)
+            s = pc.take(table, pa.array(s, mask=s < 0))
+        out.append(s)
+    if constant:
+        out.append(pa.scalar("".join(constant), _STRING))
+    if not any(isinstance(a, pa.Array) for a in out):  # a row count the join cannot tell
+        n = len(slots[0]) if slots else 0
+        text = "".join(a.as_py() for a in out)
+        return [pa.array([text] * n, _STRING)]
+    return out
 
 
 def render_block(
