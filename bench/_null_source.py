@@ -14,15 +14,16 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from spark_stream import TOPIC, _event
 
+from broker_spark.columnar.binary_json import binary_to_json
 from broker_spark.columnar.record_batches import DEFAULT_SCHEMA
+from broker_spark.data.binary import encode
 from broker_spark.spark.read.offered_columns import DEFAULT_DDL
 
 _BATCHES: dict[tuple[str, int], pa.RecordBatch] = {}
 
-#: The read's rows in ``bench/spark_stream.py``: its publisher's topic and event, and a sender
-#: as long as an endpoint's id.
-BENCH_TOPIC = "zeek/bench/conn"
+#: A sender as long as an endpoint's id: what the read's rows hold.
 BENCH_SENDER = "b893effd-37bd-49ba-a3db-85dc2acf1c20"
 #: A tiny event's Zeek JSON (what ``rows=small`` repeats).
 SMALL_TEXT = '{"@data-type":"vector","data":[{"@data-type":"count","data":1}]}'
@@ -30,12 +31,7 @@ SMALL_TEXT = '{"@data-type":"vector","data":[{"@data-type":"count","data":1}]}'
 
 def bench_event_json(i: int) -> str:
     """The Zeek JSON of the bench publisher's event number ``i``: the ``data`` its read gives."""
-    from broker_spark.columnar.binary_json import binary_to_json
-    from broker_spark.data.binary import encode
-    from broker_spark.data.types import Count
-
-    one = Count(1)
-    return binary_to_json(encode((one, one, ("conn_seen", (Count(i), "CHhAvVGS1DHFjwGM9")))))
+    return binary_to_json(encode(_event(i)))
 
 
 def _batch(shape: str, rows: int) -> pa.RecordBatch:
@@ -45,7 +41,7 @@ def _batch(shape: str, rows: int) -> pa.RecordBatch:
     found = _BATCHES.get((shape, rows))
     if found is None:
         if shape == "bench":
-            topic, sender = BENCH_TOPIC, BENCH_SENDER
+            topic, sender = TOPIC + "conn", BENCH_SENDER  # the publisher's topic
             texts = [bench_event_json(1_000_000 + i) for i in range(rows)]
         else:
             topic, sender, texts = "zeek/events/ping", "zeek", [SMALL_TEXT] * rows
