@@ -25,7 +25,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_spark.core.actor import Core
+from broker_spark.core.link import Link
 from broker_spark.core.peering import Peering
+from broker_spark.protocol.routing import Router
 from broker_spark.status import PeerFlags
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
     - ``peers``: one dict per link with ``node``, ``address``, ``port`` (empty
       and 0 when unknown, e.g. for inbound or in-process peers), ``inbound``,
       ``version`` (1 or 2 for TCP/TLS peers, None for other links) and
-      ``filter`` (the topics the peer asked us for);
+      ``filter`` (the topics the peer asked us for; see :func:`_asked_for`);
     - ``endpoints``: for every endpoint reachable over version 2 routing, by
       id: ``filter`` (its own subscriptions), ``distance`` (hops) and
       ``paths`` (lists of ids, shortest first).
@@ -73,7 +75,7 @@ def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
     peering = _peering(endpoint)
 
     def snapshot() -> dict[str, Any]:
-
+        router = peering.fabric.router if peering is not None else None
         peers = []
         for link in list(core.links.values()):
             peers.append(
@@ -83,12 +85,11 @@ def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
                     "port": link.network.port,
                     "inbound": bool(link.flags & PeerFlags.Inbound),
                     "version": getattr(link, "version", None),
-                    "filter": list(link.prefixes),
+                    "filter": _asked_for(link, router),
                 }
             )
         endpoints: dict[str, Any] = {}
-        if peering is not None:
-            router = peering.fabric.router
+        if router is not None:
             for node in sorted(router.reachable()):
                 paths = sorted(router.paths(node), key=lambda p: (len(p), p))
                 endpoints[_id_str(node)] = {
@@ -104,6 +105,22 @@ def topology_snapshot(endpoint: Introspectable) -> dict[str, Any]:
         }
 
     return endpoint._loop.run_sync(snapshot)
+
+
+def _asked_for(link: Link, router: Router | None) -> list[str]:
+    """The topics a peer asked us for: what a message of ours must match to reach it.
+
+    A version 1 peer, a WebSocket client or a ZeroMQ proxy states its filter on the
+    link. A version 2 link's prefixes are not its peer's: the fabric advertises on
+    every such link the union of all reachable endpoints' filters, so that the core
+    hands it whatever anyone beyond wants. Its peer's own subscription is what the
+    router learned from the peer's subscription update (none until that arrived,
+    and until then nothing published here is routed to it), so that is the filter
+    shown: "three peers subscribed" then means three peers receive.
+    """
+    if router is not None and link.kind == "broker" and getattr(link, "version", 1) >= 2:
+        return list(router.filter_of(link.peer_id) or ())
+    return list(link.prefixes)
 
 
 def connection_count(endpoint: Introspectable) -> int:

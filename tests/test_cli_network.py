@@ -267,6 +267,39 @@ def test_topology_snapshot_of_an_endpoint() -> None:
         json.dumps(snap)  # plain data
 
 
+def test_a_peer_s_filter_in_the_topology_is_what_reaches_it() -> None:
+    """A version 2 peer's ``filter`` is its own subscription as the router knows it, not
+    the union of everyone's that the fabric advertises on each link: a peer that asked
+    for nothing shows nothing while another asked for logs, and once it shows a topic,
+    what the node publishes on it reaches it. A version 1 peer shows the filter it stated."""
+    node = plain_endpoint()
+    port = node.listen("127.0.0.1", 0)
+    conn, quiet, zeek = plain_endpoint(), plain_endpoint(), plain_endpoint(versions=(1, 1))
+    try:
+        conn.make_subscriber("zeek/logs/conn")
+        zeek.make_subscriber("zeek/logs/weird")
+        for ep in (conn, quiet, zeek):
+            ep.peer("127.0.0.1", port)
+
+        def filters() -> dict[str, list[str]]:
+            return {p["node"]: p["filter"] for p in node.topology()["peers"]}
+
+        assert wait_until(lambda: conn.node_id() in node.topology()["endpoints"])
+        assert wait_until(lambda: len(filters()) == 3)
+        assert filters() == {
+            conn.node_id(): ["zeek/logs/conn"],
+            quiet.node_id(): [],
+            zeek.node_id(): ["zeek/logs/weird"],
+        }
+        dns = quiet.make_subscriber("zeek/logs/dns")
+        assert wait_until(lambda: filters()[quiet.node_id()] == ["zeek/logs/dns"])
+        node.publish("zeek/logs/dns", "the first message after it shows")
+        assert dns.get(10.0) == ("zeek/logs/dns", "the first message after it shows")
+    finally:
+        for ep in (conn, quiet, zeek, node):
+            ep.shutdown()
+
+
 def test_connection_count_drops_after_unpeer() -> None:
     from broker_spark.introspect import connection_count
 

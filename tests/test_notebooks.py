@@ -13,7 +13,9 @@ Deselect the runs with ``-m "not notebooks"`` (the storage checks stay).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +78,57 @@ EXPECTED = {
         "removed the tables and the relay's spool: True",
     ],
 }
+
+#: Run in the kernel after a notebook failed, before the failure is reported: its own
+#: clean-up cell never ran, so this stops what a notebook may have left running (its
+#: queries, endpoints, child processes, the receivers of its spools) and removes the
+#: directories its variables name inside the run's temporary folder. Each step goes on
+#: after another's error, which it prints (the test shows what it printed).
+SALVAGE = """
+import os as _os, shutil as _shutil, subprocess as _subprocess, tempfile as _tempfile
+import time as _time
+import broker_spark as _broker
+from broker_spark.spark import stop_receiver as _stop_receiver
+from pyspark.sql import SparkSession as _Session
+
+
+def _salvage(step, *args):
+    try:
+        step(*args)
+    except Exception as exc:
+        print(f"salvage: {step.__name__}{args}: {exc!r}")
+
+
+def _stop_process(process):
+    process.terminate()
+    process.wait(30)
+
+
+def _remove(directory):
+    for _ in range(10):  # a receiver may write its last state as it stops
+        for root, _dirs, _files in _os.walk(directory):
+            _salvage(_stop_receiver, root)
+        _shutil.rmtree(directory, ignore_errors=True)
+        if not _os.path.exists(directory):
+            return
+        _time.sleep(1)
+    raise OSError(f"{directory} still holds {list(_os.walk(directory))}")
+
+
+_session = _Session.getActiveSession()
+for _query in _session.streams.active if _session is not None else ():
+    _salvage(_query.stop)
+_tmp = _os.path.realpath(_tempfile.gettempdir()) + _os.sep
+for _value in list(globals().values()):
+    if isinstance(_value, _broker.Endpoint):
+        _salvage(_value.shutdown)
+    elif isinstance(_value, _subprocess.Popen) and _value.poll() is None:
+        _salvage(_stop_process, _value)
+for _value in list(globals().values()):
+    if isinstance(_value, str) and _os.path.realpath(_value).startswith(_tmp):
+        if _os.path.isdir(_value):
+            _salvage(_remove, _value)
+"""
 
 #: Pictures (PNG outputs) a notebook must show.
 PICTURES = {"05_zeek_tables": 1}
@@ -143,6 +196,17 @@ def _stdout(nb: Any) -> list[str]:
     return lines
 
 
+def _salvage(kernel: KernelManager) -> None:
+    """Run :data:`SALVAGE` after a failure, which it must not hide (its own errors are
+    dropped: the notebook's failure is the one to report)."""
+    salvage = nbformat.v4.new_notebook(cells=[new_code_cell(SALVAGE)])
+    with contextlib.suppress(Exception):
+        NotebookClient(salvage, km=kernel, timeout=120, allow_errors=True).execute()
+    printed = "\n".join(_stdout(salvage))
+    if printed:
+        print(printed, file=sys.stderr)
+
+
 @pytest.mark.notebooks
 @pytest.mark.spark
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
@@ -151,13 +215,17 @@ def test_notebook_runs_top_to_bottom(name: str, kernel: KernelManager) -> None:
     nb = copy.deepcopy(_read(name))
     nb.cells.insert(0, new_code_cell("%reset -f"))  # a fresh namespace, as a new notebook has
     started = time.monotonic()
-    NotebookClient(
-        nb,
-        km=kernel,
-        timeout=CELL_TIMEOUT,
-        allow_errors=False,
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
-    ).execute()
+    try:
+        NotebookClient(
+            nb,
+            km=kernel,
+            timeout=CELL_TIMEOUT,
+            allow_errors=False,
+            resources={"metadata": {"path": str(NOTEBOOKS)}},
+        ).execute()
+    except BaseException:
+        _salvage(kernel)
+        raise
     took = time.monotonic() - started
     printed = _stdout(nb)
     for line in EXPECTED[name]:
