@@ -37,6 +37,7 @@ from broker_spark.protocol.address_slots import (
 
 __all__ = [
     "DEFAULT_PER_ADDRESS",
+    "LISTEN_BACKLOG",
     "PER_ADDRESS",
     "TOO_MANY",
     "UNAUTHORIZED",
@@ -47,6 +48,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The connections the kernel queues on a listening port until the process accepts them
+#: (the system caps it at ``net.core.somaxconn``). Every listener asks for this many, not
+#: the 5 to 128 the libraries default to: while a busy process has not come round to
+#: accepting, a burst (a crowd renewing sockets, every reader reconnecting after a relay
+#: restart) then waits in the queue, where a full one drops the next client's SYN, which
+#: costs that client a retransmission after 1 s, then 3 s and 7 s. Each queued connection
+#: costs the kernel a socket, and admission refuses a crowd's one by one once accepted.
+LISTEN_BACKLOG = 1024
 #: The reason a client without the right credential is refused with.
 UNAUTHORIZED = "unauthorized"
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
+import time
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,7 +41,7 @@ from test_spark_relay import Relay
 from websockets.sync.client import connect
 
 import broker_spark as broker
-from broker_spark.admission import PER_ADDRESS, UNIDENTIFIED, Admission
+from broker_spark.admission import LISTEN_BACKLOG, PER_ADDRESS, UNIDENTIFIED, Admission
 from broker_spark.spool import metrics
 from broker_spark.spool.relay_client import SpoolClient
 from broker_spark.tls import make_contexts
@@ -273,3 +275,52 @@ def test_the_metrics_hold_a_crowd_from_one_address_to_its_cap() -> None:
     finally:
         crowd.close()
         server.close()
+
+
+# -- the kernel's queue before admission -------------------------------------------------
+
+
+def _listen_backlog(port: int) -> int:
+    """The queue the kernel keeps for the listening TCP socket on ``port`` (``ss`` shows it
+    as a listener's Send-Q)."""
+    listed = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout
+    (line,) = listed.splitlines()
+    return int(line.split()[2])
+
+
+def _system_cap() -> int:
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+def test_every_listener_asks_the_kernel_for_a_long_queue(target: Target) -> None:
+    assert _listen_backlog(target.port) == min(LISTEN_BACKLOG, _system_cap())
+
+
+def test_the_metrics_server_asks_the_kernel_for_a_long_queue() -> None:
+    server = metrics.MetricsServer(lambda: {"bytes": 7}, "127.0.0.1", 0)
+    try:
+        assert _listen_backlog(server.port) == min(LISTEN_BACKLOG, _system_cap())
+    finally:
+        server.close()
+
+
+def test_a_burst_while_the_listener_is_busy_waits_in_the_queue(certs: Path) -> None:
+    """300 connections opened while the endpoint's loop cannot accept each complete at
+    once: the kernel queues them (the library default, 128, would drop the SYNs beyond it
+    and each such client would wait a second for its retransmission)."""
+    assert min(LISTEN_BACKLOG, _system_cap()) >= 300
+    with broker.Endpoint(_config(certs, tls=False)) as ep:
+        port = ep.listen("127.0.0.1", 0)
+        busy = threading.Thread(target=ep.run_in_loop, args=(time.sleep, 3.0))
+        busy.start()
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(300):
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=0.9))
+        finally:
+            for sock in socks:
+                sock.close()
+            busy.join()
+        assert len(socks) == 300

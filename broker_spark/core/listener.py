@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 
 from broker_spark.addresses import format_host_port
-from broker_spark.admission import Admission, Slot
+from broker_spark.admission import LISTEN_BACKLOG, Admission, Slot
 from broker_spark.errors import EC
 from broker_spark.protocol.handshake import refusal
 from broker_spark.status import NetworkInfo
@@ -36,7 +36,7 @@ MAX_INBOUND = 1024
 
 def _bind(address: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.create_server((address, port), family=family, backlog=128)
+    sock = socket.create_server((address, port), family=family, backlog=LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 

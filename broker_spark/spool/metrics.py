@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from broker_spark.addresses import format_host_port
 from broker_spark.admission import (
+    LISTEN_BACKLOG,
     UNAUTHORIZED,
     Admission,
     Slot,
@@ -204,6 +205,7 @@ class _Server(ThreadingMixIn, WSGIServer):
     has neither a deadline nor a bound, so idle sockets could pile up threads)."""
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG  # socketserver's listen() backlog (5 by default)
     admission: Admission  # set by MetricsServer before serving
     settings: _Settings
     #: each connection's place in the slots, by its client address (host, port)

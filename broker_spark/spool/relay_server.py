@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_spark.addresses import format_host_port
-from broker_spark.admission import DEFAULT_PER_ADDRESS, Admission
+from broker_spark.admission import DEFAULT_PER_ADDRESS, LISTEN_BACKLOG, Admission
 from broker_spark.columnar.converter_spec import ConverterSpecError
 from broker_spark.columnar.record_batches import RecordConversionError
 from broker_spark.core.loop_thread import LoopThread
@@ -188,7 +188,10 @@ class RelayServer:
         # Plain TCP, and TLS started per connection once admitted: a connection in its TLS
         # handshake then holds a slot (an unidentified one) and is bounded per address.
         server = await asyncio.start_server(
-            lambda r, w: self._spawn(r, w, local=False, tls=tls), host or None, port
+            lambda r, w: self._spawn(r, w, local=False, tls=tls),
+            host or None,
+            port,
+            backlog=LISTEN_BACKLOG,
         )
         self._servers.append(server)
         return server

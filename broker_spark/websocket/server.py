@@ -45,6 +45,7 @@ from websockets.http11 import Request, Response
 from broker_spark.addresses import format_host_port
 from broker_spark.admission import (
     DEFAULT_PER_ADDRESS,
+    LISTEN_BACKLOG,
     UNAUTHORIZED,
     Admission,
     authorization_matches,
@@ -253,6 +254,7 @@ class WebSocketServer:
             close_timeout=self.close_timeout,
             process_request=self._check_request,
             create_connection=make_connection,  # type: ignore[arg-type]
+            backlog=LISTEN_BACKLOG,  # to the loop's create_server
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.admission.address = format_host_port(address, self.port)
