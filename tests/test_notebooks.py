@@ -81,9 +81,11 @@ EXPECTED = {
 
 #: Run in the kernel after a notebook failed, before the failure is reported: its own
 #: clean-up cell never ran, so this stops what a notebook may have left running (its
-#: queries, endpoints, child processes, the receivers of its spools) and removes the
-#: directories its variables name inside the run's temporary folder. Each step goes on
-#: after another's error, which it prints (the test shows what it printed).
+#: queries and the Spark session with their driver-side processes, its endpoints and
+#: child processes, the receivers of its spools) and removes the directories its
+#: variables name inside the run's temporary folder. The next notebook starts a session
+#: of its own, as on a new cluster. Each step goes on after another's error, which it
+#: prints (the test shows what it printed).
 SALVAGE = """
 import os as _os, shutil as _shutil, subprocess as _subprocess, tempfile as _tempfile
 import time as _time
@@ -92,7 +94,7 @@ from broker_spark.spark import stop_receiver as _stop_receiver
 from pyspark.sql import SparkSession as _Session
 
 
-def _salvage(step, *args):
+def _attempt(step, *args):
     try:
         step(*args)
     except Exception as exc:
@@ -105,29 +107,33 @@ def _stop_process(process):
 
 
 def _remove(directory):
-    for _ in range(10):  # a receiver may write its last state as it stops
+    # a query's driver-side process that Spark ends late may still start a receiver
+    # there: gone means gone for a second after its removal
+    for _ in range(10):
         for root, _dirs, _files in _os.walk(directory):
-            _salvage(_stop_receiver, root)
+            _attempt(_stop_receiver, root)
         _shutil.rmtree(directory, ignore_errors=True)
+        _time.sleep(1)
         if not _os.path.exists(directory):
             return
-        _time.sleep(1)
     raise OSError(f"{directory} still holds {list(_os.walk(directory))}")
 
 
 _session = _Session.getActiveSession()
-for _query in _session.streams.active if _session is not None else ():
-    _salvage(_query.stop)
+if _session is not None:
+    for _query in _session.streams.active:
+        _attempt(_query.stop)
+    _attempt(_session.stop)
 _tmp = _os.path.realpath(_tempfile.gettempdir()) + _os.sep
 for _value in list(globals().values()):
     if isinstance(_value, _broker.Endpoint):
-        _salvage(_value.shutdown)
+        _attempt(_value.shutdown)
     elif isinstance(_value, _subprocess.Popen) and _value.poll() is None:
-        _salvage(_stop_process, _value)
+        _attempt(_stop_process, _value)
 for _value in list(globals().values()):
     if isinstance(_value, str) and _os.path.realpath(_value).startswith(_tmp):
         if _os.path.isdir(_value):
-            _salvage(_remove, _value)
+            _attempt(_remove, _value)
 """
 
 #: Pictures (PNG outputs) a notebook must show.
