@@ -263,15 +263,17 @@ def _join(
         dtype=np.int64,
     )
     slots.append(ends[pending + 1])
-    return pc.binary_join_element_wise(*_pieces(slots, pool), "", null_handling="skip")
+    return pc.binary_join_element_wise(*_pieces(slots, pool, n), "", null_handling="skip")
 
 
-def _pieces(slots: list[np.ndarray | pa.Array], pool: list[str]) -> list[pa.Array | pa.Scalar]:
-    """The element-wise join's arguments: value arrays as they are, and each joint slot (pool
-    indexes, -1: none) picked from the pool, except that a slot the same in every row is
-    one string (a scalar the join repeats; runs of them merged) or nothing (none in any
-    row). Most joints are the same in every row (a column present in all of them after
-    another one), and a scalar spares the join an array of it."""
+def _pieces(
+    slots: list[np.ndarray | pa.Array], pool: list[str], n: int
+) -> list[pa.Array | pa.Scalar]:
+    """The element-wise join's arguments for ``n`` rows: value arrays as they are, and
+    each joint slot (pool indexes, -1: none) picked from the pool, except that a slot the
+    same in every row is one string (a scalar the join repeats; runs of them merged) or
+    nothing (none in any row). Most joints are the same in every row (a column present in
+    all of them after another one), and a scalar spares the join an array of it."""
     table: pa.Array | None = None
     out: list[pa.Array | pa.Scalar] = []
     constant: list[str] = []  # the joints in a row since the last array
@@ -291,7 +293,6 @@ def _pieces(slots: list[np.ndarray | pa.Array], pool: list[str]) -> list[pa.Arra
     if constant:
         out.append(pa.scalar("".join(constant), _STRING))
     if not any(isinstance(a, pa.Array) for a in out):  # a row count the join cannot tell
-        n = len(slots[0]) if slots else 0
         text = "".join(a.as_py() for a in out)
         return [pa.array([text] * n, _STRING)]
     return out
