@@ -16,6 +16,11 @@ in Broker Batches of 400 records (the mix conn 5 : dns 3 : http 2, as ``zeek_log
   beside the Broker bytes;
 - **ingest**: a relay spool's ``append_batch`` of the same messages (the relay's default
   zstd compression of filled files included), the ceiling a decode at ingest would cut.
+- **relay threads**: what a relay does for the default read (``format=zeek-logs``, JSON
+  lines): the mix spooled, read back in its groups (``ROWS_TARGET`` bytes of records) and
+  decoded into IPC rows (``spool/served_rows.RangeRows``), by one thread, then by two
+  threads at once each decoding all of it (a relay's two decoders serving two tasks): CPU
+  and wall µs per record. Python's lock is one, so two threads cost more CPU a record.
 
 Every figure is the best of ``--repeat`` runs; the ratios are to today's decode of
 10,000 records at a time, measured in the same run.
@@ -27,14 +32,23 @@ import argparse
 import json
 import shutil
 import tempfile
+import threading
 import time
 from typing import Any
 
 import pyarrow as pa
 from _zeek_limits import log_converter, log_payloads
 from zeek_logs import TABLES_MIX as MIX
-from zeek_logs import best_of, log_writes
+from zeek_logs import _mix_spool, best_of, log_writes
 
+from broker_spark.columnar.converter_spec import converter_spec, schemas_digest
+from broker_spark.columnar.log_converter import LogConverter
+from broker_spark.spark.source import arrow_schema_of
+from broker_spark.spark.zeek_schema import generic_log_schema, log_columns
+from broker_spark.spool.relay_protocol import ROWS_TARGET
+from broker_spark.spool.relay_server import read_about
+from broker_spark.spool.schema_history import LogSchemaHistory
+from broker_spark.spool.served_rows import RangeRows
 from broker_spark.spool.spool import Spool
 from broker_spark.zeek import standard_schema
 
@@ -135,6 +149,57 @@ def bench_ingest(rows: int, repeat: int) -> dict[str, Any]:
     return out
 
 
+def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
+    """The mix (``rows`` records in all) decoded as a relay decodes the default read's
+    ranges, by one thread and by two at once: µs of CPU and of wall time per record, best of
+    ``repeat``; ``cpu_ratio``: two threads' CPU a record over one's."""
+    folder = tempfile.mkdtemp(prefix="log-decode-relay-")
+    try:
+        _mix_spool(folder, rows)
+        spool = Spool(folder, readonly=True, index_interval=8)  # as the tables bench's relay
+        history = LogSchemaHistory(folder, readonly=True)
+        history.refresh()
+        start, end = spool.start_offset(), spool.end_offset()
+        groups = []
+        while start < end:
+            data, hi = read_about(spool, start, end, ROWS_TARGET)
+            groups.append((data, hi - start))
+            start = hi
+        schemas = history.snapshot(spool.start_offset())
+        spool.close()
+        spark_schema = generic_log_schema(relay=True)
+        spec = converter_spec(
+            LogConverter(arrow_schema_of(spark_schema), log_columns(spark_schema, ()))
+        )
+
+        def decode(done: list[int]) -> None:
+            decoder = RangeRows(spec, "relay")
+            assert decoder.begin(schemas, schemas_digest(schemas))
+            done.append(sum(decoder.decode(data, count)[1] for data, count in groups))
+
+        decode([])  # the converters' first use: not measured
+        out: dict[str, Any] = {"groups": len(groups)}
+        for threads in (1, 2):
+            cpu = wall = float("inf")
+            for _ in range(repeat):
+                done: list[int] = []
+                workers = [threading.Thread(target=decode, args=(done,)) for _ in range(threads)]
+                c0, t0 = time.process_time(), time.perf_counter()
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                records = sum(done)
+                assert records == rows * threads, (records, rows, threads)
+                wall = min(wall, (time.perf_counter() - t0) / records * 1e6)
+                cpu = min(cpu, (time.process_time() - c0) / records * 1e6)
+            out[f"{threads}_threads"] = {"cpu_us": cpu, "wall_us": wall}
+        out["cpu_ratio"] = out["2_threads"]["cpu_us"] / out["1_threads"]["cpu_us"]
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer records, one run each")
@@ -149,7 +214,13 @@ def main() -> None:
     mix = {
         key: sum(logs[p][key] * MIX[p] for p in LOGS) / total for key in logs[LOGS[0]]
     }  # fmt: skip
-    result = {"rows": rows, "logs": logs, "mix": mix, "ingest": bench_ingest(rows, repeat)}
+    result = {
+        "rows": rows,
+        "logs": logs,
+        "mix": mix,
+        "ingest": bench_ingest(rows, repeat),
+        "relay_threads": bench_relay_threads(rows * len(LOGS), repeat),
+    }
     if args.json:
         print(json.dumps(result, indent=1))
         return
@@ -167,6 +238,14 @@ def main() -> None:
             f"spool ingest ({compression}): {wall:.3f} µs wall, {cpu:.3f} µs CPU a record "
             f"({1 / wall:.2f}M records/s)"
         )
+    relay = result["relay_threads"]
+    for threads in (1, 2):
+        figures = relay[f"{threads}_threads"]
+        print(
+            f"relay decode, JSON lines, {relay['groups']} groups, {threads} thread(s): "
+            f"{figures['cpu_us']:.2f} µs CPU, {figures['wall_us']:.2f} µs wall a record"
+        )
+    print(f"two threads' CPU a record over one's: {relay['cpu_ratio']:.2f}")
 
 
 if __name__ == "__main__":

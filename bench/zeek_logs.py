@@ -39,7 +39,9 @@ What is measured, in one run:
   read from its first offset to its end (``trigger(availableNow=True)``) three times in
   the same session: into the ``noop`` sink a row a record (``format=zeek-logs``, the
   columns ``write_zeek_tables`` reads, as JSON lines: the baseline; the relay decodes
-  the tasks' ranges, as by default), the same with ``relayDecode=false`` (``noop_tasks``:
+  the tasks' ranges, as by default), each log's typed columns into ``noop``, a query a log
+  (``noop_typed``: ``logs=<path>``, the same rows as the typed limits below), the same with
+  ``relayDecode=false`` (``noop_tasks``:
   Spark's tasks decode), into ``noop`` a row
   per log of each message holding the message's bytes (``noop_messages``: the very
   stream ``write_zeek_tables`` reads), and
@@ -476,7 +478,9 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
         shutil.rmtree(work, ignore_errors=True)
         raise
     records = sum(rows * n // sum(TABLES_MIX.values()) for n in TABLES_MIX.values())
-    runs: dict[str, list[dict[str, Any]]] = {"noop": [], "noop_tasks": [], "noop_messages": []}
+    runs: dict[str, list[dict[str, Any]]] = {
+        "noop": [], "noop_typed": [], "noop_tasks": [], "noop_messages": []
+    }  # fmt: skip
     ways = {**TABLE_WAYS, **(LAKE_WAYS if lake else {})}
     runs.update({kind: [] for kind in ways})
 
@@ -492,6 +496,24 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
         for i in range(repeat):
             for kind in runs:
                 sampler = CpuSampler().__enter__()
+                if kind == "noop_typed":
+                    try:
+                        stream_rows, seconds = _typed_reads(source)
+                    finally:
+                        sampler.__exit__()
+                    runs[kind].append(
+                        {
+                            "rows": stream_rows,
+                            "stream_rows": stream_rows,
+                            "rows_per_s": stream_rows / seconds,
+                            "seconds": seconds,
+                            "cpu_us_per_row": _relay_named(
+                                _per_row(sampler.by_role(), stream_rows)
+                            ),
+                        }
+                    )
+                    assert stream_rows == records, f"{stream_rows} records of {records} typed"
+                    continue
                 if kind.startswith("noop"):
                     as_messages = kind == "noop_messages"
                     query = (
@@ -543,6 +565,32 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
     for kind in ways:
         best[f"{kind}_vs_noop"] = best[kind]["rows_per_s"] / best["noop"]["rows_per_s"]
     return best
+
+
+def _typed_reads(source: Any) -> tuple[int, float]:
+    """Each log of the mix read as its typed columns (``logs=<path>``, relay-decoded as by
+    default, with the schema the typed limits yield: the log's columns and the metadata),
+    a query a log into ``noop``, one after the other (as the limits run them): the records
+    and the seconds, summed (the caller samples the CPU around them all)."""
+    from spark_stream import CpuSampler, _sustained, run_to_end
+
+    from broker_spark.spark.zeek_schema import zeek_log_schema
+
+    rows, seconds = 0, 0.0
+    for path in TABLES_MIX:
+        query = (
+            source()
+            .option("format", "zeek-logs")
+            .option("logs", path)
+            .schema(zeek_log_schema(path))
+            .load()
+            .writeStream.format("noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        _rate, got, took = _sustained(run_to_end(query, CpuSampler(), 900))
+        rows, seconds = rows + got, seconds + took
+    return rows, seconds
 
 
 def _relay_named(cpu: dict[str, float]) -> dict[str, float]:
@@ -600,9 +648,10 @@ def main() -> None:
                 bench_limits(spark, rows, 1 if args.quick else 2, TABLES_MIX, log_writes, BATCH)
             )
             for limit in LIMITS:
-                tables[f"noop_vs_{limit}"] = (
-                    tables["noop"]["rows_per_s"] / tables[limit]["rows_per_s"]
-                )
+                for read in ("noop", "noop_typed"):
+                    tables[f"{read}_vs_{limit}"] = (
+                        tables[read]["rows_per_s"] / tables[limit]["rows_per_s"]
+                    )
         finally:
             spark.stop()
             shutil.rmtree(lake, ignore_errors=True)
@@ -630,7 +679,8 @@ def _table(r: dict[str, Any]) -> None:
         print()
         print("| relay to | rows/s | against noop (target 0.6x) | CPU us/row |")
         print("| --- | ---: | ---: | --- |")
-        for kind in ("noop", "noop_tasks", "noop_messages", *TABLE_WAYS, *LAKE_WAYS, *LIMITS):
+        reads = ("noop", "noop_typed", "noop_tasks", "noop_messages")
+        for kind in (*reads, *TABLE_WAYS, *LAKE_WAYS, *LIMITS):
             if kind not in x:
                 continue
             run = x[kind]
@@ -638,8 +688,10 @@ def _table(r: dict[str, Any]) -> None:
             cpu = ", ".join(f"{k} {v:.2f}" for k, v in run["cpu_us_per_row"].items())
             print(f"| {kind} | {run['rows_per_s']:,.0f} | {ratio} | {cpu} |")
         for limit in LIMITS:
-            if f"noop_vs_{limit}" in x:
-                print(f"\nthe noop read is {x[f'noop_vs_{limit}']:.3f} of {LIMITS[limit]}")
+            for read, what in (("noop", "JSON lines"), ("noop_typed", "typed")):
+                if f"{read}_vs_{limit}" in x:
+                    share = x[f"{read}_vs_{limit}"]
+                    print(f"\nthe noop read ({what}) is {share:.3f} of {LIMITS[limit]}")
     for key in ("stream", "stream_zeromq", "stream_500ms", "stream_2s"):
         if key not in r:
             continue
