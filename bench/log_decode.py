@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 from _zeek_limits import log_converter, log_payloads
 from zeek_logs import TABLES_MIX as MIX
-from zeek_logs import _mix_spool, best_of, log_writes
+from zeek_logs import best_of, log_writes, mix_spool
 
 from broker_spark.columnar.converter_spec import converter_spec, schemas_digest
 from broker_spark.columnar.log_converter import LogConverter
@@ -155,7 +155,7 @@ def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
     ``repeat``; ``cpu_ratio``: two threads' CPU a record over one's."""
     folder = tempfile.mkdtemp(prefix="log-decode-relay-")
     try:
-        _mix_spool(folder, rows)
+        mix_spool(folder, rows)
         spool = Spool(folder, readonly=True, index_interval=8)  # as the tables bench's relay
         history = LogSchemaHistory(folder, readonly=True)
         history.refresh()

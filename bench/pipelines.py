@@ -95,12 +95,12 @@ def _table_rows(folder: Path, path: str) -> int:
 def bench(rows: int) -> dict[str, Any]:
     from relay import _Relay
     from spark_pipelines_cli import run_spark_pipelines
-    from zeek_logs import TABLES_MIX, _mix_spool
+    from zeek_logs import TABLES_MIX, mix_spool
 
     work = Path(tempfile.mkdtemp(prefix="bench-pipelines-"))
     relay = None
     try:
-        messages = _mix_spool(str(work / "spool"), rows)
+        messages = mix_spool(str(work / "spool"), rows)
         per_log = {p: rows * n // sum(TABLES_MIX.values()) for p, n in TABLES_MIX.items()}
         records = sum(per_log.values())
         relay = _Relay(str(work / "spool"), 8)

@@ -93,13 +93,13 @@ def _compressed_copy(spool: str, to: str) -> None:
 
 def bench(rows: int, repeat: int) -> dict[str, Any]:
     from spark_stream import _session
-    from zeek_logs import _mix_spool
+    from zeek_logs import mix_spool
 
     spark = _session()
     work = tempfile.mkdtemp(prefix="bench-relay-logs-")
     try:
         spool = str(Path(work) / "spool")
-        _mix_spool(spool, rows)
+        mix_spool(spool, rows)
         packed = str(Path(work) / "spool-zstd")
         _compressed_copy(spool, packed)
         _read(spark, spool, None)  # warms the JVM: not measured

@@ -377,7 +377,7 @@ def bench_stream(
 TABLES_MIX = {"conn": 5, "dns": 3, "http": 2}
 
 
-def _mix_spool(folder: str, rows: int) -> int:
+def mix_spool(folder: str, rows: int) -> int:
     """A spool of ``rows`` records of conn, dns and http (:data:`TABLES_MIX`), as a relay
     keeps them; the number of messages."""
     from broker_spark.data.binary import encode
@@ -472,7 +472,7 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
     work = tempfile.mkdtemp(prefix="bench-tables-")
     spool = str(Path(work) / "spool")
     try:  # the folder goes if the spool or its relay cannot be made (the runs' finally is later)
-        messages = _mix_spool(spool, rows)
+        messages = mix_spool(spool, rows)
         relay = _Relay(spool, 8)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
