@@ -501,44 +501,32 @@ def bench_tables(spark: Any, rows: int, repeat: int, lake: bool = False) -> dict
                         stream_rows, seconds = _typed_reads(source)
                     finally:
                         sampler.__exit__()
-                    runs[kind].append(
-                        {
-                            "rows": stream_rows,
-                            "stream_rows": stream_rows,
-                            "rows_per_s": stream_rows / seconds,
-                            "seconds": seconds,
-                            "cpu_us_per_row": _relay_named(
-                                _per_row(sampler.by_role(), stream_rows)
-                            ),
-                        }
-                    )
-                    assert stream_rows == records, f"{stream_rows} records of {records} typed"
-                    continue
-                if kind.startswith("noop"):
-                    as_messages = kind == "noop_messages"
-                    query = (
-                        source()
-                        .option("format", "zeek-logs")
-                        .option("relayDecode", "false" if kind == "noop_tasks" else "true")
-                        .schema(table_input_schema(runs=as_messages, messages=as_messages))
-                        .load()
-                        .writeStream.format("noop")
-                        .trigger(availableNow=True)
-                        .start()
-                    )
                 else:
-                    db = "bench_" + uuid.uuid4().hex[:8]
-                    spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(work) / db}'")
-                    table = _table_name(kind, db, work)
-                    query = write_zeek_tables(
-                        source(),
-                        str(Path(work) / f"checkpoint-{kind}-{i}"),
-                        table=table,
-                        quarantine=db + ".quarantine",
-                        trigger={"availableNow": True},
-                        **ways[kind],
-                    )
-                _rate, stream_rows, seconds = _sustained(run_to_end(query, sampler, 900))
+                    if kind.startswith("noop"):
+                        as_messages = kind == "noop_messages"
+                        query = (
+                            source()
+                            .option("format", "zeek-logs")
+                            .option("relayDecode", "false" if kind == "noop_tasks" else "true")
+                            .schema(table_input_schema(runs=as_messages, messages=as_messages))
+                            .load()
+                            .writeStream.format("noop")
+                            .trigger(availableNow=True)
+                            .start()
+                        )
+                    else:
+                        db = "bench_" + uuid.uuid4().hex[:8]
+                        spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(work) / db}'")
+                        table = _table_name(kind, db, work)
+                        query = write_zeek_tables(
+                            source(),
+                            str(Path(work) / f"checkpoint-{kind}-{i}"),
+                            table=table,
+                            quarantine=db + ".quarantine",
+                            trigger={"availableNow": True},
+                            **ways[kind],
+                        )
+                    _rate, stream_rows, seconds = _sustained(run_to_end(query, sampler, 900))
                 got = stream_rows  # noop: a row a record
                 if kind in ways:
                     got = sum(spark.table(table.format(path=p)).count() for p in TABLES_MIX)
