@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from zeek_logs import TABLES_MIX
+from _zeek_tables import TABLES_MIX
 
 #: Zeek's ``Log::write_buffer_size``: the most records one ZeroMQ log batch holds.
 ZEEK_BATCH = 1000

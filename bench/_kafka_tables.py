@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _zeek_tables import TABLES_MIX
 from spark_stream import _progress_time, _session
-from zeek_logs import TABLES_MIX
 
 
 def session(jars: list[str]) -> Any:

@@ -38,8 +38,9 @@ from typing import Any
 
 import pyarrow as pa
 from _zeek_limits import log_converter, log_payloads
-from zeek_logs import TABLES_MIX as MIX
-from zeek_logs import best_of, log_writes, mix_spool
+from _zeek_tables import TABLES_MIX as MIX
+from _zeek_tables import log_writes, mix_spool
+from zeek_logs import best_of
 
 from broker_spark.columnar.converter_spec import converter_spec, schemas_digest
 from broker_spark.columnar.log_converter import LogConverter

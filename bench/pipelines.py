@@ -93,9 +93,9 @@ def _table_rows(folder: Path, path: str) -> int:
 
 
 def bench(rows: int) -> dict[str, Any]:
+    from _zeek_tables import TABLES_MIX, mix_spool
     from relay import _Relay
     from spark_pipelines_cli import run_spark_pipelines
-    from zeek_logs import TABLES_MIX, mix_spool
 
     work = Path(tempfile.mkdtemp(prefix="bench-pipelines-"))
     relay = None

@@ -92,8 +92,8 @@ def _compressed_copy(spool: str, to: str) -> None:
 
 
 def bench(rows: int, repeat: int) -> dict[str, Any]:
+    from _zeek_tables import mix_spool
     from spark_stream import _session
-    from zeek_logs import mix_spool
 
     spark = _session()
     work = tempfile.mkdtemp(prefix="bench-relay-logs-")
