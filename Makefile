@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: test test-slow test-live test-cluster test-spark-versions soak demo lint format bench bench-kafka clean reference docs test-docs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py $(wildcard broker_spark/zeek/*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
@@ -102,4 +102,5 @@ bench-kafka: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python bench/kafka_path.py $(BENCH_KAFKA_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-spark-* .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-spark-* .pytest_cache .ruff_cache .hypothesis build
+	rm -f broker_spark/zeek/*.so

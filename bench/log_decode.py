@@ -21,6 +21,9 @@ in Broker Batches of 400 records (the mix conn 5 : dns 3 : http 2, as ``zeek_log
   decoded into IPC rows (``spool/served_rows.RangeRows``), by one thread, then by two
   threads at once each decoding all of it (a relay's two decoders serving two tasks): CPU
   and wall µs per record. Python's lock is one, so two threads cost more CPU a record.
+- **compiled**: the decode of 10,000 records and the relay's figures again with the optional
+  C accelerators turned off (``broker_spark.zeek.compiled``: the numpy and Arrow code every
+  install without a C compiler runs), and how much more CPU that costs, in the same run.
 
 Every figure is the best of ``--repeat`` runs; the ratios are to today's decode of
 10,000 records at a time, measured in the same run.
@@ -29,11 +32,13 @@ Every figure is the best of ``--repeat`` runs; the ratios are to today's decode 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -51,7 +56,7 @@ from broker_spark.spool.relay_server import read_about
 from broker_spark.spool.schema_history import LogSchemaHistory
 from broker_spark.spool.served_rows import RangeRows
 from broker_spark.spool.spool import Spool
-from broker_spark.zeek import standard_schema
+from broker_spark.zeek import compiled, standard_schema
 
 LOGS = tuple(MIX)
 #: Records per group decoded at once, by what the group is.
@@ -60,6 +65,17 @@ CODECS: dict[str, str | None] = {"none": None, "lz4": "lz4", "zstd": "zstd"}
 #: Spool files of 4 MiB, so that the few megabytes of the ingest figure fill and compress
 #: files as a relay's 64 MiB ones do over a longer run.
 SEGMENT_BYTES = 4 << 20
+
+
+@contextlib.contextmanager
+def accelerators(on: bool) -> Iterator[bool]:
+    """The optional C accelerators on (as installed) or off (the pure-Python fallback);
+    yields whether they are on."""
+    if on:
+        yield compiled.built()
+        return
+    with compiled.turned_off():
+        yield False
 
 
 def _decode(converter: Any, path: str, payloads: list[bytes]) -> pa.RecordBatch:
@@ -102,9 +118,15 @@ def bench_log(path: str, rows: int, repeat: int) -> dict[str, Any]:
         out[f"decode_{name}"] = (
             best_of(lambda g=groups: [_decode(converter, path, x) for x in g], repeat) * per
         )  # fmt: skip
+        if name == "10k":
+            with accelerators(False):
+                pure = best_of(lambda g=groups: [_decode(converter, path, x) for x in g], repeat)
+            out["decode_10k_pure"] = pure * per
     typed = _decode(log_converter(path), path, stream)
     assert typed.num_rows == rows, (path, typed.num_rows)
     assert _decode(converter, path, stream).equals(typed), path  # a kept one decodes the same
+    with accelerators(False):
+        assert _decode(log_converter(path), path, stream).equals(typed), path  # and the pure one
     for name, size in GROUPS.items():
         parts = [typed.slice(lo, size) for lo in range(0, rows, size)]
         for codec_name, codec in CODECS.items():
@@ -153,7 +175,9 @@ def bench_ingest(rows: int, repeat: int) -> dict[str, Any]:
 def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
     """The mix (``rows`` records in all) decoded as a relay decodes the default read's
     ranges, by one thread and by two at once: µs of CPU and of wall time per record, best of
-    ``repeat``; ``cpu_ratio``: two threads' CPU a record over one's."""
+    ``repeat``; ``cpu_ratio``: two threads' CPU a record over one's. The same again with the
+    C accelerators off (``pure_``); ``compiled_ratio``: the pure CPU a record over the
+    accelerated, one thread."""
     folder = tempfile.mkdtemp(prefix="log-decode-relay-")
     try:
         mix_spool(folder, rows)
@@ -178,24 +202,33 @@ def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
             assert decoder.begin(schemas, schemas_digest(schemas))
             done.append(sum(decoder.decode(data, count)[1] for data, count in groups))
 
-        decode([])  # the converters' first use: not measured
         out: dict[str, Any] = {"groups": len(groups)}
-        for threads in (1, 2):
-            cpu = wall = float("inf")
-            for _ in range(repeat):
-                done: list[int] = []
-                workers = [threading.Thread(target=decode, args=(done,)) for _ in range(threads)]
-                c0, t0 = time.process_time(), time.perf_counter()
-                for worker in workers:
-                    worker.start()
-                for worker in workers:
-                    worker.join()
-                records = sum(done)
-                assert records == rows * threads, (records, rows, threads)
-                wall = min(wall, (time.perf_counter() - t0) / records * 1e6)
-                cpu = min(cpu, (time.process_time() - c0) / records * 1e6)
-            out[f"{threads}_threads"] = {"cpu_us": cpu, "wall_us": wall}
-        out["cpu_ratio"] = out["2_threads"]["cpu_us"] / out["1_threads"]["cpu_us"]
+        for prefix, on in (("", True), ("pure_", False)):
+            with accelerators(on) as compiled:
+                decode([])  # the converters' first use: not measured
+                for threads in (1, 2):
+                    cpu = wall = float("inf")
+                    for _ in range(repeat):
+                        done: list[int] = []
+                        workers = [
+                            threading.Thread(target=decode, args=(done,)) for _ in range(threads)
+                        ]
+                        c0, t0 = time.process_time(), time.perf_counter()
+                        for worker in workers:
+                            worker.start()
+                        for worker in workers:
+                            worker.join()
+                        records = sum(done)
+                        assert records == rows * threads, (records, rows, threads)
+                        wall = min(wall, (time.perf_counter() - t0) / records * 1e6)
+                        cpu = min(cpu, (time.process_time() - c0) / records * 1e6)
+                    out[f"{prefix}{threads}_threads"] = {"cpu_us": cpu, "wall_us": wall}
+            if on:
+                out["compiled"] = compiled
+            out[f"{prefix}cpu_ratio"] = (
+                out[f"{prefix}2_threads"]["cpu_us"] / out[f"{prefix}1_threads"]["cpu_us"]
+            )
+        out["compiled_ratio"] = out["pure_1_threads"]["cpu_us"] / out["1_threads"]["cpu_us"]
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -240,13 +273,15 @@ def main() -> None:
             f"({1 / wall:.2f}M records/s)"
         )
     relay = result["relay_threads"]
-    for threads in (1, 2):
-        figures = relay[f"{threads}_threads"]
-        print(
-            f"relay decode, JSON lines, {relay['groups']} groups, {threads} thread(s): "
-            f"{figures['cpu_us']:.2f} µs CPU, {figures['wall_us']:.2f} µs wall a record"
-        )
-    print(f"two threads' CPU a record over one's: {relay['cpu_ratio']:.2f}")
+    for prefix, what in (("", "compiled" if relay["compiled"] else "not built"), ("pure_", "pure")):
+        for threads in (1, 2):
+            figures = relay[f"{prefix}{threads}_threads"]
+            print(
+                f"relay decode ({what}), JSON lines, {relay['groups']} groups, {threads} "
+                f"thread(s): {figures['cpu_us']:.2f} µs CPU, {figures['wall_us']:.2f} µs wall a record"
+            )
+        print(f"  two threads' CPU a record over one's: {relay[f'{prefix}cpu_ratio']:.2f}")
+    print(f"pure over compiled, CPU a record, one thread: {relay['compiled_ratio']:.2f}")
 
 
 if __name__ == "__main__":

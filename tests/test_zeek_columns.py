@@ -13,7 +13,14 @@ from zeek_recordings import LOG_RECORDINGS, recording
 from zeek_strategies import doubles, schema_and_records
 
 from broker_spark.data.types import Port
-from broker_spark.zeek import LogField, TypeTag, decode_values, encode_record, render_line
+from broker_spark.zeek import (
+    LogField,
+    TypeTag,
+    compiled,
+    decode_values,
+    encode_record,
+    render_line,
+)
 from broker_spark.zeek.arrow_columns import MAX_MICROS, MIN_MICROS, ipv6_strings, sql_array
 from broker_spark.zeek.columns import Block, decode_block
 from broker_spark.zeek.json_columns import Texts, _join, double_texts, render_block
@@ -21,6 +28,19 @@ from broker_spark.zeek.logs import _field_from_data
 from broker_spark.zeek.text import addr_text, format_double
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["compiled", "pure"], autouse=True)
+def _accelerators(request):
+    """Every test here runs both ways: with the C accelerators where they were built, and
+    with the numpy and Arrow code (the fallback everywhere else), so the two stay equal."""
+    if request.param == "compiled":
+        if not compiled.built():
+            pytest.skip("the C accelerators were not built here")
+        yield
+        return
+    with compiled.turned_off():
+        yield
 
 
 def _lines(schema, rows, **kw) -> tuple[list[str], list[str]]:

@@ -6,7 +6,10 @@ list), and the JSON renderer, which wants the texts Zeek writes. Both start
 from the same pieces built here in bulk: the texts Zeek's JSON writer holds
 for strings (:func:`~broker_spark.zeek.text.zeek_text`: printable ASCII is
 taken as it is, in one pass; only strings holding other bytes go through
-Python), and addresses as text (IPv4 in bulk, IPv6 one at a time).
+Python), and addresses as text (IPv4 in bulk, IPv6 one at a time). Where the
+optional C accelerator :data:`~broker_spark.zeek.compiled.zeek_texts` was built,
+it gathers the texts and spells the addresses instead (the tests hold the two
+ways equal).
 
 Natural forms (:func:`natural_array`): bool ``bool``, int ``int64``, count
 ``uint64``, double, time and interval ``float64`` (seconds), port ``uint16``
@@ -25,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_spark.zeek import compiled
 from broker_spark.zeek.columns import ColumnData, gather_bytes
 from broker_spark.zeek.text import addr_text, zeek_text
 from broker_spark.zeek.types import TEXT_TAGS, TypeTag
@@ -111,12 +115,33 @@ def _string_array(
     return arr.cast(kind) if large else arr
 
 
+def _rows(col: ColumnData) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """A column's starts, lengths and presence as the accelerator takes them."""
+    assert col.starts is not None and col.lengths is not None
+    return (
+        len(col.present),
+        np.ascontiguousarray(col.starts, dtype=np.int64),
+        np.ascontiguousarray(col.lengths, dtype=np.int64),
+        np.ascontiguousarray(col.present, dtype=bool).view(np.uint8),
+    )
+
+
 def text_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     """A text column as the strings Zeek's JSON writer holds (``zeek_text`` of each)."""
-    data, offsets = raw_texts(buf, col)
-    if ((data - np.uint8(0x20)) < np.uint8(0x5F)).all():  # all printable ASCII: as they are
-        return _string_array(data, offsets, col.present, pa.string())
-    plain = printable_rows(data, offsets)
+    accelerator = compiled.zeek_texts
+    if accelerator is not None:  # gathered in C, each row's bytes checked on the way
+        n, starts, lengths, has = _rows(col)
+        raw_offsets, raw_data, flags = accelerator.texts(n, buf, starts, lengths, has)
+        data = np.frombuffer(raw_data, dtype=np.uint8)
+        offsets = np.frombuffer(raw_offsets, dtype=np.int64)
+        plain = np.frombuffer(flags, dtype=bool)
+        if plain.all():
+            return _string_array(data, offsets, col.present, pa.string())
+    else:
+        data, offsets = raw_texts(buf, col)
+        if ((data - np.uint8(0x20)) < np.uint8(0x5F)).all():  # all printable: as they are
+            return _string_array(data, offsets, col.present, pa.string())
+        plain = printable_rows(data, offsets)
     raw = _string_array(data, offsets, col.present, pa.binary())
     fix = np.flatnonzero(~plain & col.present)
     texts = [zeek_text(raw[int(i)].as_py()) for i in fix]
@@ -198,6 +223,16 @@ def addr_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     assert col.starts is not None and col.lengths is not None
     present = col.present
     n = len(present)
+    accelerator = compiled.zeek_texts
+    if accelerator is not None:  # spelt in C
+        _n, starts, lengths, has = _rows(col)
+        offsets, data = accelerator.addresses(n, buf, starts, lengths, has)
+        return pa.Array.from_buffers(
+            pa.string(),
+            n,
+            [validity(present), pa.py_buffer(offsets), pa.py_buffer(data)],
+            null_count=int(n - np.count_nonzero(present)),
+        )
     v4 = present & (col.lengths == 4)
     starts = np.where(v4, col.starts, 0)
     # two halves ("10.0" and "0.1") from a table of every pair of octets, joined with a dot

@@ -14,6 +14,12 @@ exponent; the IPv6 addresses Zeek writes with an IPv4 tail; ISO 8601 times)
 are spelt one at a time by :mod:`~broker_spark.zeek.text`, exactly as
 :mod:`~broker_spark.zeek.json_log` spells them for one record, which the
 tests hold the two to.
+
+Where the optional C accelerator :data:`~broker_spark.zeek.compiled.zeek_texts`
+was built, the join is one pass of C over the rows instead, which also spells
+integers, addresses and texts needing no escapes itself (:class:`Native`
+parts), without Python's lock; every other text still comes from the kernels
+above. The tests run on both and hold their lines equal byte for byte.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_spark.zeek import compiled
 from broker_spark.zeek.arrow_columns import ipv6_strings, printable_rows, raw_texts
 from broker_spark.zeek.columns import ColumnData, DecodedBlock
 from broker_spark.zeek.text import (
@@ -37,7 +44,7 @@ from broker_spark.zeek.text import (
 )
 from broker_spark.zeek.types import TEXT_TAGS, TypeTag
 
-__all__ = ["Texts", "double_texts", "render_block", "value_texts"]
+__all__ = ["Native", "Texts", "double_texts", "render_block", "value_texts"]
 
 _STRING = pa.string()
 
@@ -53,6 +60,7 @@ def _texts(name: str) -> pa.Array:
         "octets": [str(i) for i in range(256)],
         "octets_dot": [f"{i}." for i in range(256)],
         "constants": ["true", "false", ".0", "/", "null"],
+        "none": [],
     }
     return pa.array(texts[name], _STRING)
 
@@ -60,12 +68,21 @@ def _texts(name: str) -> pa.Array:
 _TRUE, _FALSE, _POINT_ZERO, _SLASH, _NULL = range(5)
 
 
+@dataclass(frozen=True)
+class Native:
+    """A piece the compiled join spells itself, as ``zeek_texts.join`` takes it (its
+    source lists the kinds); only made when the accelerator is there."""
+
+    spec: tuple
+
+
 @dataclass
 class Texts:
     """A column's JSON texts: row ``r`` is ``before``, then ``array[index[r]]`` for each
-    ``(array, index)`` of ``parts`` whose index is not -1, then ``after``."""
+    ``(array, index)`` of ``parts`` whose index is not -1 (or the :class:`Native`
+    part's text), then ``after``."""
 
-    parts: list[tuple[pa.Array, np.ndarray | None]]  # index None: entry i is row i's
+    parts: list[tuple[pa.Array, np.ndarray | None] | Native]  # index None: row i's is i
     before: str = ""
     after: str = ""
     rows: int = field(default=0)
@@ -139,10 +156,78 @@ def _addr_parts(buf: np.ndarray, col: ColumnData) -> list[tuple[pa.Array, np.nda
     return parts
 
 
-def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> Texts:
-    """The JSON text of every entry of a column (absent entries: anything; callers skip)."""
+_INT, _UINT, _ADDR, _RAW = 2, 3, 4, 5  # the compiled join's kinds of Native part
+
+
+def _texts_spec(arr: pa.Array) -> tuple:
+    """A string array as the compiled join takes texts: its buffers, offset and length."""
+    if arr.type not in (_STRING, pa.large_string()):
+        arr = arr.cast(_STRING)
+    validity, offsets, data = arr.buffers()
+    return (offsets, data, validity, arr.offset, len(arr), arr.type == pa.large_string())
+
+
+def _int64s(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
+def _native_addr(buf: np.ndarray, col: ColumnData) -> Native:
+    """Addresses for the compiled join, which spells IPv4 and IPv6 itself."""
+    assert col.starts is not None and col.lengths is not None
+    return Native((_ADDR, buf, _int64s(col.starts), _int64s(col.lengths)))
+
+
+def _native_text(buf: np.ndarray, col: ColumnData) -> Native:
+    """Texts for the compiled join: copied as they are where nothing needs escaping, the
+    others spelt one at a time (Zeek's escaping, then JSON's), as ``_text_json`` does."""
+    accelerator = compiled.zeek_texts
+    assert accelerator is not None and col.starts is not None and col.lengths is not None
+    starts, lengths = _int64s(col.starts), _int64s(col.lengths)
+    n = len(starts)
+    plain = np.frombuffer(accelerator.plain(n, buf, starts, lengths, _flags(col.present)), bool)
+    index = np.full(n, -1, dtype=np.int64)
+    fix = np.flatnonzero(~plain)
+    texts = _texts("none")
+    if len(fix):
+        raw = [buf[starts[i] : starts[i] + lengths[i]].tobytes() for i in fix]
+        texts = pa.array([json_quote(zeek_text(b))[1:-1] for b in raw], _STRING)
+        index[fix] = np.arange(len(fix))
+    return Native((_RAW, buf, starts, lengths, _texts_spec(texts), index))
+
+
+def _native_parts(buf: np.ndarray, col: ColumnData) -> Texts | None:
+    """The column's texts with the parts the compiled join spells itself, or None for a
+    column it does not (those take the kernels' texts)."""
+    tag = col.tag
+    if tag is TypeTag.INT:
+        return Texts([Native((_INT, _int64s(col.values)))])
+    if tag is TypeTag.COUNT:
+        return Texts([Native((_UINT, np.ascontiguousarray(col.values.astype(np.uint64))))])
+    if tag is TypeTag.PORT:
+        return Texts([Native((_UINT, col.values.astype(np.uint16).astype(np.uint64)))])
+    if tag in TEXT_TAGS:
+        return Texts([_native_text(buf, col)], '"', '"')
+    if tag is TypeTag.ADDR:
+        return Texts([_native_addr(buf, col)], '"', '"')
+    if tag is TypeTag.SUBNET:
+        assert col.prefix is not None
+        prefix = np.where(col.present, np.clip(col.prefix, 0, 255), -1)
+        slash = (_texts("constants"), np.full(len(prefix), _SLASH))
+        return Texts([_native_addr(buf, col), slash, (_texts("octets"), prefix)], '"', '"')
+    return None
+
+
+def value_texts(
+    buf: np.ndarray, col: ColumnData, timestamps: str = "epoch", native: bool = False
+) -> Texts:
+    """The JSON text of every entry of a column (absent entries: anything; callers skip).
+    ``native``: with :class:`Native` parts where the compiled join spells them."""
     tag = col.tag
     n = len(col.present)
+    if native:
+        texts = _native_parts(buf, col)
+        if texts is not None:
+            return texts
     if tag is TypeTag.BOOL:
         return Texts([(_texts("constants"), np.where(col.values != 0, _TRUE, _FALSE))])
     if tag in (TypeTag.INT, TypeTag.COUNT, TypeTag.PORT):
@@ -168,7 +253,7 @@ def value_texts(buf: np.ndarray, col: ColumnData, timestamps: str = "epoch") -> 
         return Texts(parts, '"', '"')
     if tag in (TypeTag.TABLE, TypeTag.VECTOR):
         assert col.elements is not None and col.counts is not None
-        element = value_texts(buf, col.elements, timestamps)
+        element = value_texts(buf, col.elements, timestamps, native)
         inner = _join(
             [(element, col.elements.present)], len(col.elements.present), nulls=True, braces=None
         )
@@ -198,7 +283,8 @@ def _join(
     nulls: bool = False,
     braces: tuple[str, str] | None = ("{", "}"),
 ) -> pa.Array:
-    """``n`` strings, each the concatenation of its row's pieces.
+    """``n`` strings, each the concatenation of its row's pieces (in C where
+    :data:`compiled` is, else with Arrow's kernels).
 
     With ``keys``, a row is an object: ``{``, then ``key:value`` for each column
     present in it (all columns with ``nulls``, absent ones as ``null``), comma
@@ -210,6 +296,8 @@ def _join(
     values as they are or picked from their tables; one element-wise join in C
     then concatenates each row's pieces, skipping the nulls.
     """
+    if compiled.zeek_texts is not None and braces == (None if keys is None else ("{", "}")):
+        return _join_compiled(columns, n, keys, nulls)
     pool: list[str] = []
     found: dict[str, int] = {}
 
@@ -266,6 +354,33 @@ def _join(
     return pc.binary_join_element_wise(*_pieces(slots, pool, n), "", null_handling="skip")
 
 
+def _flags(mask: np.ndarray) -> np.ndarray:
+    """A boolean mask as the compiled join's bytes (0 or 1 a row)."""
+    return np.ascontiguousarray(mask, dtype=bool).view(np.uint8)
+
+
+def _join_compiled(
+    columns: Sequence[tuple[Texts, np.ndarray]], n: int, keys: Sequence[str] | None, nulls: bool
+) -> pa.Array:
+    """``_join`` in C: the same lines, from the same texts or :class:`Native` parts."""
+    accelerator = compiled.zeek_texts
+    assert accelerator is not None
+    specs = []
+    for c, (texts, has) in enumerate(columns):
+        parts: list[tuple] = []
+        for part in texts.parts:
+            if isinstance(part, Native):
+                parts.append(part.spec)
+            elif part[1] is None:
+                parts.append((0, _texts_spec(part[0])))
+            else:
+                parts.append((1, _texts_spec(part[0]), _int64s(part[1])))
+        label = b"" if keys is None else (keys[c] + ":").encode()
+        specs.append((label, texts.before.encode(), texts.after.encode(), _flags(has), parts))
+    offsets, data = accelerator.join(n, specs, keys is not None, nulls)
+    return pa.Array.from_buffers(_STRING, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def _pieces(
     slots: list[np.ndarray | pa.Array], pool: list[str], n: int
 ) -> list[pa.Array | pa.Scalar]:
@@ -317,10 +432,11 @@ def render_block(
     n = len(decoded.block)
     columns: list[tuple[Texts, np.ndarray]] = []
     keys: list[str] = []
+    native = compiled.zeek_texts is not None
     if first is not None:
         keys.append(json_quote(first[0]))
         columns.append((Texts([_whole(first[1])]), np.ones(n, dtype=bool)))
     for name, col in zip(names, decoded.columns, strict=False):
         keys.append(json_quote(zeek_text(name)))
-        columns.append((value_texts(buf, col, timestamps), col.present))
+        columns.append((value_texts(buf, col, timestamps, native), col.present))
     return _join(columns, n, keys, nulls=include_unset)
