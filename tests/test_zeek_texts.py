@@ -76,6 +76,9 @@ def test_every_kind_of_part_spells_its_rows() -> None:
           np.array([-1, -1], dtype=np.int64)), "outside the record buffer"),
         ((4, "buf", np.array([0, 50], dtype=np.int64), np.array([4, 16], dtype=np.int64)),
          "outside the record buffer"),
+        # a start and a length whose sum overflows: still outside, not a wrapped-around read
+        ((5, "buf", np.array([0, 2**62], dtype=np.int64), np.array([1, 2**62], dtype=np.int64),
+          None, np.array([-1, -1], dtype=np.int64)), "outside the record buffer"),
         ((0, None), "fewer texts than rows"),
         ((9, None), "no part of kind 9"),
     ],

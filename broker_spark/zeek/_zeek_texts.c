@@ -75,6 +75,8 @@ typedef struct {
     Py_ssize_t count, capacity;
 } Views;
 
+/* A buffer view of obj, at least min_len bytes, kept in v until release_views. *out is
+ * valid until the next take (the array may move): callers copy what they need. */
 static int
 take_view(Views *v, PyObject *obj, Py_ssize_t min_len, const char *what, Py_buffer **out)
 {
@@ -117,8 +119,8 @@ parse_texts(Views *v, PyObject *spec, Texts *t)
     Py_buffer *view;
     if (!PyArg_ParseTuple(spec, "OOOnnp", &offsets, &data, &validity, &offset, &length, &wide))
         return -1;
-    if (offset < 0 || length < 0) {
-        PyErr_SetString(PyExc_ValueError, "texts: negative offset or length");
+    if (offset < 0 || length < 0 || offset > PY_SSIZE_T_MAX / 16 - length) {
+        PyErr_SetString(PyExc_ValueError, "texts: an offset or length out of range");
         return -1;
     }
     t->offset = offset;
@@ -212,6 +214,13 @@ parse_part(Views *v, PyObject *spec, Py_ssize_t n, Part *p)
     if (!PyErr_Occurred())
         PyErr_Format(PyExc_ValueError, "a part of kind %ld has %zd fields", kind, size);
     return -1;
+}
+
+/* Whether [start, start + length) lies in a buffer of size bytes (no overflow). */
+static inline int
+inside(int64_t start, int64_t length, Py_ssize_t size)
+{
+    return start >= 0 && length >= 0 && length <= size && start <= size - length;
 }
 
 /* The bytes of texts[i]: 0 and *at set, 1 for none (null), -1 for out of range. */
@@ -431,7 +440,7 @@ piece(const Part *p, Py_ssize_t r, Out *o, const char **why)
         if (p->kind == ADDR) {
             if (l != 4 && l != 16)
                 return 0;
-            if (s < 0 || s + l > p->buf_len) {
+            if (!inside(s, l, p->buf_len)) {
                 *why = "an address lies outside the record buffer";
                 return -1;
             }
@@ -445,7 +454,7 @@ piece(const Part *p, Py_ssize_t r, Out *o, const char **why)
             got = text_at(&p->texts, p->index[r], &at, &len);
             break;
         }
-        if (s < 0 || l < 0 || s + l > p->buf_len) {
+        if (!inside(s, l, p->buf_len)) {
             *why = "a text lies outside the record buffer";
             return -1;
         }
@@ -533,8 +542,8 @@ join(PyObject *self, PyObject *args)
     int objects, nulls;
     if (!PyArg_ParseTuple(args, "nO!pp", &n, &PyList_Type, &columns, &objects, &nulls))
         return NULL;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "a negative row count");
+    if (n < 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a row count out of range");
         return NULL;
     }
     Views views = {NULL, 0, 0};
@@ -626,10 +635,12 @@ row_args(PyObject *args, Py_ssize_t *n, Views *views, Py_buffer **bufs)
         PyErr_SetString(PyExc_ValueError, "a row count out of range");
         return -1;
     }
-    Py_ssize_t need[4] = {0, *n * 8, *n * 8, *n};
+    Py_ssize_t need[4] = {0, *n * 8, *n * 8, *n}, first = views->count;
     for (int k = 0; k < 4; k++)
         if (take_view(views, objs[k], need[k], what[k], &bufs[k]) < 0)
             return -1;
+    for (int k = 0; k < 4; k++) /* a later take may have moved the views */
+        bufs[k] = &views->views[first + k];
     return 0;
 }
 
@@ -660,7 +671,7 @@ plain(PyObject *self, PyObject *args)
     for (Py_ssize_t r = 0; r < n; r++) {
         uint8_t ok = 1;
         if (present[r]) {
-            if (s[r] < 0 || l[r] < 0 || s[r] + l[r] > buf->len) {
+            if (!inside(s[r], l[r], buf->len)) {
                 outside = 1;
                 break;
             }
@@ -700,7 +711,7 @@ texts(PyObject *self, PyObject *args)
     for (Py_ssize_t r = 0; r < n; r++) {
         if (!has[r])
             continue;
-        if (s[r] < 0 || l[r] < 0 || s[r] + l[r] > b[0]->len) {
+        if (!inside(s[r], l[r], b[0]->len)) {
             PyErr_SetString(PyExc_ValueError, "a text lies outside the record buffer");
             goto done;
         }
@@ -754,7 +765,7 @@ addresses(PyObject *self, PyObject *args)
     const uint8_t *buf = b[0]->buf, *has = b[3]->buf;
     const int64_t *s = b[1]->buf, *l = b[2]->buf;
     for (Py_ssize_t r = 0; r < n; r++)
-        if (has[r] && (l[r] == 4 || l[r] == 16) && (s[r] < 0 || s[r] + l[r] > b[0]->len)) {
+        if (has[r] && (l[r] == 4 || l[r] == 16) && !inside(s[r], l[r], b[0]->len)) {
             PyErr_SetString(PyExc_ValueError, "an address lies outside the record buffer");
             goto done;
         }
