@@ -161,6 +161,8 @@ _INT, _UINT, _ADDR, _RAW = 2, 3, 4, 5  # the compiled join's kinds of Native par
 
 def _texts_spec(arr: pa.Array) -> tuple:
     """A string array as the compiled join takes texts: its buffers, offset and length."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     if arr.type not in (_STRING, pa.large_string()):
         arr = arr.cast(_STRING)
     validity, offsets, data = arr.buffers()
@@ -283,8 +285,8 @@ def _join(
     nulls: bool = False,
     braces: tuple[str, str] | None = ("{", "}"),
 ) -> pa.Array:
-    """``n`` strings, each the concatenation of its row's pieces (in C where
-    :data:`compiled` is, else with Arrow's kernels).
+    """``n`` strings, each the concatenation of its row's pieces (in C where the
+    accelerator was built, else with Arrow's kernels).
 
     With ``keys``, a row is an object: ``{``, then ``key:value`` for each column
     present in it (all columns with ``nulls``, absent ones as ``null``), comma
