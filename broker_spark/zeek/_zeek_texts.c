@@ -644,6 +644,40 @@ row_args(PyObject *args, Py_ssize_t *n, Views *views, Py_buffer **bufs)
     return 0;
 }
 
+/* Whether every row that has a text (addresses: an address, 4 or 16 bytes) lies in the
+ * record buffer; -1 with a ValueError naming what, else 0. */
+static int
+rows_inside(Py_buffer *const *b, Py_ssize_t n, int addresses)
+{
+    const int64_t *s = b[1]->buf, *l = b[2]->buf;
+    const uint8_t *has = b[3]->buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (!has[r] || (addresses && l[r] != 4 && l[r] != 16))
+            continue;
+        if (!inside(s[r], l[r], b[0]->len)) {
+            PyErr_SetString(PyExc_ValueError, addresses
+                                                  ? "an address lies outside the record buffer"
+                                                  : "a text lies outside the record buffer");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Byte classes, a flag a byte (filled when the module loads): printable ASCII, and of it
+ * what a JSON string holds as it is (all but '"' and '\\'). */
+static uint8_t printable_byte[256], json_plain_byte[256];
+
+/* Whether every byte of p[0:len] is in the class. */
+static inline uint8_t
+all_in(const uint8_t *class, const uint8_t *p, int64_t len)
+{
+    uint8_t all = 1;
+    for (int64_t i = 0; i < len; i++)
+        all &= class[p[i]];
+    return all;
+}
+
 /* plain(n, buf, starts, lengths, has) -> bytes: 1 where row r's text is printable ASCII
  * without '"' or '\\' (JSON's inside of a string as it is), or the row has none. */
 static PyObject *
@@ -655,39 +689,18 @@ plain(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     if (row_args(args, &n, &views, b) < 0)
         goto done;
-    Py_buffer *buf = b[0], *starts = b[1], *lengths = b[2], *has = b[3];
+    if (rows_inside(b, n, 0) < 0)
+        goto done;
     result = PyBytes_FromStringAndSize(NULL, n);
     if (!result)
         goto done;
     uint8_t *flags = (uint8_t *)PyBytes_AS_STRING(result);
-    /* the bytes a JSON string holds as they are: printable ASCII but '"' and '\\' */
-    uint8_t plain_byte[256] = {0};
-    for (int b = 0x20; b <= 0x7e; b++)
-        plain_byte[b] = b != '"' && b != '\\';
-    const uint8_t *data = buf->buf, *present = has->buf;
-    const int64_t *s = starts->buf, *l = lengths->buf;
-    int outside = 0;
+    const uint8_t *data = b[0]->buf, *has = b[3]->buf;
+    const int64_t *s = b[1]->buf, *l = b[2]->buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < n; r++) {
-        uint8_t ok = 1;
-        if (present[r]) {
-            if (!inside(s[r], l[r], buf->len)) {
-                outside = 1;
-                break;
-            }
-            const uint8_t *p = data + s[r], *end = p + l[r];
-            uint8_t all = 1;
-            for (; p < end; p++)
-                all &= plain_byte[*p];
-            ok = all;
-        }
-        flags[r] = ok;
-    }
+    for (Py_ssize_t r = 0; r < n; r++)
+        flags[r] = has[r] ? all_in(json_plain_byte, data + s[r], l[r]) : 1;
     Py_END_ALLOW_THREADS
-    if (outside) {
-        Py_CLEAR(result);
-        PyErr_SetString(PyExc_ValueError, "a text lies outside the record buffer");
-    }
 done:
     release_views(&views);
     return result;
@@ -705,18 +718,13 @@ texts(PyObject *self, PyObject *args)
     PyObject *offsets = NULL, *data = NULL, *flags = NULL, *result = NULL;
     if (row_args(args, &n, &views, b) < 0)
         goto done;
+    if (rows_inside(b, n, 0) < 0)
+        goto done;
     const uint8_t *buf = b[0]->buf, *has = b[3]->buf;
     const int64_t *s = b[1]->buf, *l = b[2]->buf;
     int64_t total = 0;
-    for (Py_ssize_t r = 0; r < n; r++) {
-        if (!has[r])
-            continue;
-        if (!inside(s[r], l[r], b[0]->len)) {
-            PyErr_SetString(PyExc_ValueError, "a text lies outside the record buffer");
-            goto done;
-        }
-        total += l[r];
-    }
+    for (Py_ssize_t r = 0; r < n; r++)
+        total += has[r] ? l[r] : 0;
     offsets = PyByteArray_FromStringAndSize(NULL, (n + 1) * 8);
     data = PyByteArray_FromStringAndSize(NULL, total);
     flags = PyByteArray_FromStringAndSize(NULL, n);
@@ -729,15 +737,11 @@ texts(PyObject *self, PyObject *args)
     int64_t at = 0;
     offs[0] = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
-        uint8_t all = 1;
+        printable[r] = has[r] ? all_in(printable_byte, buf + s[r], l[r]) : 1;
         if (has[r]) {
-            const uint8_t *p = buf + s[r];
-            for (int64_t i = 0; i < l[r]; i++)
-                all &= (uint8_t)(p[i] - 0x20) < 0x5F;
-            memcpy(out + at, p, (size_t)l[r]);
+            memcpy(out + at, buf + s[r], (size_t)l[r]);
             at += l[r];
         }
-        printable[r] = all;
         offs[r + 1] = at;
     }
     Py_END_ALLOW_THREADS
@@ -762,13 +766,10 @@ addresses(PyObject *self, PyObject *args)
     PyObject *offsets = NULL, *data = NULL, *result = NULL;
     if (row_args(args, &n, &views, b) < 0)
         goto done;
+    if (rows_inside(b, n, 1) < 0)
+        goto done;
     const uint8_t *buf = b[0]->buf, *has = b[3]->buf;
     const int64_t *s = b[1]->buf, *l = b[2]->buf;
-    for (Py_ssize_t r = 0; r < n; r++)
-        if (has[r] && (l[r] == 4 || l[r] == 16) && !inside(s[r], l[r], b[0]->len)) {
-            PyErr_SetString(PyExc_ValueError, "an address lies outside the record buffer");
-            goto done;
-        }
     offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     char *out = PyMem_Malloc((size_t)n * 48 + 1);
     if (!offsets || !out) {
@@ -820,5 +821,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__zeek_texts(void)
 {
+    for (int b = 0x20; b <= 0x7e; b++) {
+        printable_byte[b] = 1;
+        json_plain_byte[b] = b != '"' && b != '\\';
+    }
     return PyModule_Create(&module);
 }
