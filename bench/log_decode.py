@@ -38,7 +38,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -172,6 +172,27 @@ def bench_ingest(rows: int, repeat: int) -> dict[str, Any]:
     return out
 
 
+def _threads_figures(
+    decode: Callable[[list[int]], None], threads: int, rows: int, repeat: int
+) -> dict[str, float]:
+    """``threads`` threads each running ``decode`` (all ``rows`` records) at once: the best of
+    ``repeat`` µs of CPU and of wall time per record."""
+    cpu = wall = float("inf")
+    for _ in range(repeat):
+        done: list[int] = []
+        workers = [threading.Thread(target=decode, args=(done,)) for _ in range(threads)]
+        c0, t0 = time.process_time(), time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        records = sum(done)
+        assert records == rows * threads, (records, rows, threads)
+        wall = min(wall, (time.perf_counter() - t0) / records * 1e6)
+        cpu = min(cpu, (time.process_time() - c0) / records * 1e6)
+    return {"cpu_us": cpu, "wall_us": wall}
+
+
 def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
     """The mix (``rows`` records in all) decoded as a relay decodes the default read's
     ranges, by one thread and by two at once: µs of CPU and of wall time per record, best of
@@ -204,27 +225,13 @@ def bench_relay_threads(rows: int, repeat: int) -> dict[str, Any]:
 
         out: dict[str, Any] = {"groups": len(groups)}
         for prefix, on in (("", True), ("pure_", False)):
-            with accelerators(on) as compiled:
+            with accelerators(on) as built:
                 decode([])  # the converters' first use: not measured
                 for threads in (1, 2):
-                    cpu = wall = float("inf")
-                    for _ in range(repeat):
-                        done: list[int] = []
-                        workers = [
-                            threading.Thread(target=decode, args=(done,)) for _ in range(threads)
-                        ]
-                        c0, t0 = time.process_time(), time.perf_counter()
-                        for worker in workers:
-                            worker.start()
-                        for worker in workers:
-                            worker.join()
-                        records = sum(done)
-                        assert records == rows * threads, (records, rows, threads)
-                        wall = min(wall, (time.perf_counter() - t0) / records * 1e6)
-                        cpu = min(cpu, (time.process_time() - c0) / records * 1e6)
-                    out[f"{prefix}{threads}_threads"] = {"cpu_us": cpu, "wall_us": wall}
+                    figures = _threads_figures(decode, threads, rows, repeat)
+                    out[f"{prefix}{threads}_threads"] = figures
             if on:
-                out["compiled"] = compiled
+                out["compiled"] = built
             out[f"{prefix}cpu_ratio"] = (
                 out[f"{prefix}2_threads"]["cpu_us"] / out[f"{prefix}1_threads"]["cpu_us"]
             )

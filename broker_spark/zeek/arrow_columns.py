@@ -39,6 +39,7 @@ __all__ = [
     "natural_array",
     "printable_rows",
     "raw_texts",
+    "row_spans",
     "sql_array",
     "text_strings",
     "validity",
@@ -115,8 +116,9 @@ def _string_array(
     return arr.cast(kind) if large else arr
 
 
-def _rows(col: ColumnData) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """A column's starts, lengths and presence as the accelerator takes them."""
+def row_spans(col: ColumnData) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """A text or address column's rows as the C accelerator takes them: their count,
+    starts and lengths (int64) and presence (a byte a row)."""
     assert col.starts is not None and col.lengths is not None
     return (
         len(col.present),
@@ -130,7 +132,7 @@ def text_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     """A text column as the strings Zeek's JSON writer holds (``zeek_text`` of each)."""
     accelerator = compiled.zeek_texts
     if accelerator is not None:  # gathered in C, each row's bytes checked on the way
-        n, starts, lengths, has = _rows(col)
+        n, starts, lengths, has = row_spans(col)
         raw_offsets, raw_data, flags = accelerator.texts(n, buf, starts, lengths, has)
         data = np.frombuffer(raw_data, dtype=np.uint8)
         offsets = np.frombuffer(raw_offsets, dtype=np.int64)
@@ -225,7 +227,7 @@ def addr_strings(buf: np.ndarray, col: ColumnData) -> pa.Array:
     n = len(present)
     accelerator = compiled.zeek_texts
     if accelerator is not None:  # spelt in C
-        _n, starts, lengths, has = _rows(col)
+        _, starts, lengths, has = row_spans(col)
         offsets, data = accelerator.addresses(n, buf, starts, lengths, has)
         return pa.Array.from_buffers(
             pa.string(),

@@ -256,15 +256,11 @@ def _decode_compiled(block: Block, types: Sequence[ZeekType]) -> DecodedBlock:
 
 def _compiled_column(zeek_type: ZeekType, arrays: tuple) -> ColumnData:
     """A ColumnData of the compiled walk's arrays (bytearrays: writable, as numpy's are)."""
-    dtypes = {
-        "present": bool,
-        "values": _VALUES.get(zeek_type.tag),
-        "proto": np.int32,
-    }
     column = ColumnData(zeek_type, np.frombuffer(arrays[0], dtype=bool))
-    for name, data in zip(_ARRAYS[1:], arrays[1:], strict=False):
+    for name, data in zip(_ARRAYS[1:], arrays[1:-1], strict=True):  # the last: elements
         if data is not None:
-            setattr(column, name, np.frombuffer(data, dtype=dtypes.get(name, np.int64)))
+            dtype = {"values": _VALUES.get(zeek_type.tag), "proto": np.int32}.get(name, np.int64)
+            setattr(column, name, np.frombuffer(data, dtype=dtype))
     if arrays[-1] is not None:
         column.elements = _compiled_column(zeek_type.element, arrays[-1])
     return column

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_spark.zeek import compiled
-from broker_spark.zeek.arrow_columns import ipv6_strings, printable_rows, raw_texts
+from broker_spark.zeek.arrow_columns import ipv6_strings, printable_rows, raw_texts, row_spans
 from broker_spark.zeek.columns import ColumnData, DecodedBlock
 from broker_spark.zeek.text import (
     TIMESTAMP_FORMATS,
@@ -156,7 +156,8 @@ def _addr_parts(buf: np.ndarray, col: ColumnData) -> list[tuple[pa.Array, np.nda
     return parts
 
 
-_INT, _UINT, _ADDR, _RAW = 2, 3, 4, 5  # the compiled join's kinds of Native part
+# the compiled join's kinds of part (its source says what each holds)
+_WHOLE, _TABLE, _INT, _UINT, _ADDR, _RAW = range(6)
 
 
 def _texts_spec(arr: pa.Array) -> tuple:
@@ -175,18 +176,17 @@ def _int64s(values: np.ndarray) -> np.ndarray:
 
 def _native_addr(buf: np.ndarray, col: ColumnData) -> Native:
     """Addresses for the compiled join, which spells IPv4 and IPv6 itself."""
-    assert col.starts is not None and col.lengths is not None
-    return Native((_ADDR, buf, _int64s(col.starts), _int64s(col.lengths)))
+    _, starts, lengths, _has = row_spans(col)
+    return Native((_ADDR, buf, starts, lengths))
 
 
 def _native_text(buf: np.ndarray, col: ColumnData) -> Native:
     """Texts for the compiled join: copied as they are where nothing needs escaping, the
     others spelt one at a time (Zeek's escaping, then JSON's), as ``_text_json`` does."""
     accelerator = compiled.zeek_texts
-    assert accelerator is not None and col.starts is not None and col.lengths is not None
-    starts, lengths = _int64s(col.starts), _int64s(col.lengths)
-    n = len(starts)
-    plain = np.frombuffer(accelerator.plain(n, buf, starts, lengths, _flags(col.present)), bool)
+    assert accelerator is not None
+    n, starts, lengths, has = row_spans(col)
+    plain = np.frombuffer(accelerator.plain(n, buf, starts, lengths, has), bool)
     index = np.full(n, -1, dtype=np.int64)
     fix = np.flatnonzero(~plain)
     texts = _texts("none")
@@ -374,9 +374,9 @@ def _join_compiled(
             if isinstance(part, Native):
                 parts.append(part.spec)
             elif part[1] is None:
-                parts.append((0, _texts_spec(part[0])))
+                parts.append((_WHOLE, _texts_spec(part[0])))
             else:
-                parts.append((1, _texts_spec(part[0]), _int64s(part[1])))
+                parts.append((_TABLE, _texts_spec(part[0]), _int64s(part[1])))
         label = b"" if keys is None else (keys[c] + ":").encode()
         specs.append((label, texts.before.encode(), texts.after.encode(), _flags(has), parts))
     offsets, data = accelerator.join(n, specs, keys is not None, nulls)
